@@ -1,0 +1,305 @@
+"""The embedded engine: llama.cpp through llama-cpp-python's low-level API.
+
+One worker thread owns the model. Each loop turn it admits waiting requests into free sequence
+slots, packs one `llama_batch` with the next token of every decoding sequence plus a chunk of
+pending prompt tokens, runs a single `llama_decode` for all of them, and samples each sequence
+with its own C-side sampler chain. Events cross to the asyncio side through
+`loop.call_soon_threadsafe`, so model compute never blocks the event loop. A consumer that stops
+iterating marks its sequence cancelled; the worker frees the slot before the next decode.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import threading
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import EngineError, RateLimitError, ServiceUnavailableError
+from ._llama import Batch, LlamaModel, Sampler
+from .base import EngineEvent, EngineInfo, FinishEvent, SamplingParams, TokenEvent
+
+__all__ = ["LlamaCppEngine"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(eq=False)
+class _Seq:
+    prompt: Sequence[int]
+    params: SamplingParams
+    emit: Callable[[EngineEvent | BaseException], None]
+    slot: int = -1
+    n_fed: int = 0  # prompt tokens already in the KV cache
+    n_out: int = 0
+    last: int = -1  # the sampled token still to be fed
+    sampler: Sampler | None = None
+    cancelled: bool = False
+    done: bool = False
+    batch_index: int = field(default=-1, repr=False)
+
+
+class _EventStream:
+    """The events of one sequence; `aclose` (or garbage collection) cancels it."""
+
+    def __init__(self, engine: LlamaCppEngine, seq: _Seq,
+                 queue: asyncio.Queue[EngineEvent | BaseException]):
+        self._engine = engine
+        self._seq = seq
+        self._queue = queue
+        self._closed = False
+
+    def __aiter__(self) -> _EventStream:
+        return self
+
+    async def __anext__(self) -> EngineEvent:
+        if self._closed:
+            raise StopAsyncIteration
+        ev = await self._queue.get()
+        if isinstance(ev, BaseException):
+            self._closed = True
+            raise ev
+        if isinstance(ev, FinishEvent):
+            self._closed = True
+        return ev
+
+    async def aclose(self) -> None:
+        self._closed = True
+        self._engine._cancel(self._seq)
+
+    def __del__(self) -> None:
+        if not self._seq.done:
+            self._engine._cancel(self._seq)
+
+
+class LlamaCppEngine:
+    """Implements `Engine` for a GGUF model, decoding up to `n_parallel` sequences together."""
+
+    def __init__(self, path: str | Path, *, model_id: str, max_model_len: int | None = None,
+                 n_parallel: int = 4, n_batch: int = 512, n_threads: int | None = None,
+                 max_queued: int = 256):
+        self._path = Path(path)
+        self._model_id = model_id
+        self._want_len = max_model_len
+        self._n_parallel = n_parallel
+        self._n_batch = n_batch
+        self._n_threads = n_threads
+        self._max_queued = max_queued
+        self._llama: LlamaModel | None = None
+        self._info: EngineInfo | None = None
+        self._waiting: deque[_Seq] = deque()
+        self._active: list[_Seq] = []
+        self._cv = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def load(self) -> None:
+        """Load the model (blocking); `start` does it in a thread."""
+        if self._llama is not None:
+            return
+        self._llama = LlamaModel(self._path, n_seq=self._n_parallel, max_len=self._want_len,
+                                 n_batch=self._n_batch, n_threads=self._n_threads)
+        self._info = EngineInfo(
+            model=self._model_id,
+            max_model_len=self._llama.n_ctx_seq,
+            vocab_size=self._llama.n_vocab,
+            eog_ids=self._llama.eog_ids(),
+        )
+
+    async def start(self) -> None:
+        if self._thread is not None:
+            return
+        await asyncio.to_thread(self.load)
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="llamacpp-engine", daemon=True)
+        self._thread.start()
+
+    async def aclose(self) -> None:
+        with self._cv:
+            self._stopping = True
+            self._cv.notify()
+        if self._thread is not None:
+            await asyncio.to_thread(self._thread.join)
+            self._thread = None
+        if self._llama is not None:
+            self._llama.close()
+            self._llama = None
+
+    @property
+    def info(self) -> EngineInfo:
+        if self._info is None:
+            raise ServiceUnavailableError("the engine has not been started")
+        return self._info
+
+    @property
+    def llama(self) -> LlamaModel:
+        """The loaded model, for reference checks (its own tokenizer); not for serving."""
+        if self._llama is None:
+            raise ServiceUnavailableError("the engine has not been started")
+        return self._llama
+
+    @property
+    def queue_depth(self) -> int:
+        return len(self._waiting)
+
+    # -- the async side --------------------------------------------------------------------
+
+    def generate(self, prompt: Sequence[int], params: SamplingParams,
+                 ) -> AsyncIterator[EngineEvent]:
+        """Admit a sequence now (raising if the engine is down or its queue is full)."""
+        if self._thread is None or self._stopping:
+            raise ServiceUnavailableError("the engine is not running")
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[EngineEvent | BaseException] = asyncio.Queue()
+
+        def emit(ev: EngineEvent | BaseException) -> None:
+            loop.call_soon_threadsafe(queue.put_nowait, ev)
+
+        seq = _Seq(prompt=list(prompt), params=params, emit=emit)
+        with self._cv:
+            if len(self._waiting) >= self._max_queued:
+                raise RateLimitError("too many requests are waiting for the engine")
+            self._waiting.append(seq)
+            self._cv.notify()
+        return _EventStream(self, seq, queue)
+
+    def _cancel(self, seq: _Seq) -> None:
+        with self._cv:
+            if not seq.done:
+                seq.cancelled = True
+                self._cv.notify()
+
+    # -- the worker thread -----------------------------------------------------------------
+
+    def _run(self) -> None:
+        llama = self.llama
+        batch = Batch(max(self._n_batch, self._n_parallel))
+        free_slots = list(range(self._n_parallel))
+        try:
+            while True:
+                with self._cv:
+                    while not self._stopping and not self._active and not self._waiting:
+                        self._cv.wait()
+                    if self._stopping:
+                        break
+                    for seq in [s for s in self._active if s.cancelled]:
+                        self._release(seq, free_slots)
+                    while self._waiting and self._waiting[0].cancelled:
+                        self._waiting.popleft().done = True
+                    while self._waiting and free_slots:
+                        self._admit(self._waiting.popleft(), free_slots.pop(0))
+                if not self._active:
+                    continue
+                try:
+                    self._step(llama, batch, free_slots)
+                except Exception as exc:  # noqa: BLE001 - the engine must outlive one bad step
+                    log.exception("engine step failed")
+                    with self._cv:
+                        for seq in list(self._active):
+                            seq.emit(EngineError(f"the engine failed: {exc}"))
+                            self._release(seq, free_slots)
+        finally:
+            with self._cv:
+                for seq in [*self._active, *self._waiting]:
+                    seq.emit(ServiceUnavailableError("the engine shut down"))
+                    seq.done = True
+                self._active.clear()
+                self._waiting.clear()
+            batch.free()
+
+    def _admit(self, seq: _Seq, slot: int) -> None:
+        llama = self.llama
+        p = seq.params
+        seq.slot = slot
+        seq.sampler = Sampler(
+            llama.n_vocab,
+            temperature=p.temperature,
+            top_p=p.top_p,
+            seed=p.seed if p.seed is not None else secrets.randbits(32),
+            presence_penalty=p.presence_penalty,
+            frequency_penalty=p.frequency_penalty,
+            window=p.max_tokens,
+        )
+        self._active.append(seq)
+
+    def _release(self, seq: _Seq, free_slots: list[int]) -> None:
+        seq.done = True
+        if seq in self._active:
+            self._active.remove(seq)
+        if seq.sampler is not None:
+            seq.sampler.free()
+            seq.sampler = None
+        if seq.slot >= 0:
+            self.llama.forget(seq.slot)
+            free_slots.append(seq.slot)
+            seq.slot = -1
+
+    def _step(self, llama: LlamaModel, batch: Batch, free_slots: list[int]) -> None:
+        batch.clear()
+        budget = self._n_batch
+        sampling: list[_Seq] = []
+        # decoding sequences first: one token each keeps every stream moving
+        for seq in self._active:
+            if seq.n_fed == len(seq.prompt):
+                pos = len(seq.prompt) + seq.n_out - 1
+                seq.batch_index = batch.add(seq.last, pos, seq.slot, True)
+                sampling.append(seq)
+                budget -= 1
+        # then prompt chunks, oldest request first, in what room is left
+        for seq in self._active:
+            if budget <= 0:
+                break
+            remaining = len(seq.prompt) - seq.n_fed
+            if remaining <= 0:
+                continue
+            take = min(remaining, budget)
+            for k in range(take):
+                pos = seq.n_fed + k
+                last = pos == len(seq.prompt) - 1
+                idx = batch.add(seq.prompt[pos], pos, seq.slot, last)
+                if last:
+                    seq.batch_index = idx
+                    sampling.append(seq)
+            seq.n_fed += take
+            budget -= take
+        rc = llama.decode(batch)
+        if rc != 0:
+            raise RuntimeError(f"llama_decode returned {rc}")
+        for seq in sampling:
+            self._sample(llama, seq, free_slots)
+
+    def _sample(self, llama: LlamaModel, seq: _Seq, free_slots: list[int]) -> None:
+        assert seq.sampler is not None
+        token = seq.sampler.sample(llama, seq.batch_index)
+        ev = TokenEvent(token)
+        k = seq.params.logprobs
+        if k is not None:
+            lp = llama.logprobs(seq.batch_index)
+            top: tuple[tuple[int, float], ...] = ()
+            if k > 0:
+                ids = np.argpartition(-lp, k)[:k]
+                ids = ids[np.argsort(-lp[ids], kind="stable")]
+                top = tuple((int(i), float(lp[i])) for i in ids)
+            ev = TokenEvent(token, float(lp[token]), top)
+        seq.n_out += 1
+        finished: FinishEvent | None = None
+        if token in self.info.eog_ids:
+            finished = FinishEvent("stop", stop_token=ev)
+        else:
+            seq.emit(ev)
+            seq.last = token
+            full = len(seq.prompt) + seq.n_out >= llama.n_ctx_seq
+            if seq.n_out >= seq.params.max_tokens or full:
+                finished = FinishEvent("length")
+        if finished is not None:
+            seq.emit(finished)
+            with self._cv:
+                self._release(seq, free_slots)

@@ -1,0 +1,204 @@
+"""The one exception tree of tokenwire.
+
+Every error a client can see is a `TokenwireError`: it carries the HTTP status, the OpenAI
+error `type`, a machine-readable `code` and the `param` path of the culprit. The server has a
+single handler that renders any of them as OpenAI's error body; the Python client raises the
+same classes from an error body (`error_from_body`).
+
+    TokenwireError
+    ├── InvalidRequestError (400 invalid_request_error)
+    │   ├── InvalidTokenIdError              invalid_token_id
+    │   ├── TokenizerVersionRequiredError    tokenizer_version_required
+    │   ├── UnknownTokenizerVersionError     unknown_tokenizer_version
+    │   ├── TokenizerVersionMismatchError    tokenizer_version_mismatch
+    │   ├── SpecialTokenNotAllowedError      special_token_not_allowed
+    │   ├── NonCanonicalTokensError          non_canonical_tokens
+    │   ├── ContextLengthExceededError       context_length_exceeded
+    │   ├── ContentPolicyViolationError      content_policy_violation
+    │   └── UnsupportedParameterError        unsupported_parameter
+    ├── AuthenticationError (401)            invalid_api_key
+    ├── NotFoundError (404)
+    │   ├── ModelNotFoundError               model_not_found
+    │   └── TokenizerNotFoundError           tokenizer_not_found
+    ├── RequestTooLargeError (413)           request_too_large
+    ├── RateLimitError (429)                 queue_full
+    ├── EngineError (500)                    engine_error
+    └── ServiceUnavailableError (503)        engine_unavailable
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+__all__ = [
+    "AuthenticationError",
+    "ContentPolicyViolationError",
+    "ContextLengthExceededError",
+    "EngineError",
+    "InvalidRequestError",
+    "InvalidTokenIdError",
+    "ModelNotFoundError",
+    "NonCanonicalTokensError",
+    "NotFoundError",
+    "RateLimitError",
+    "RequestTooLargeError",
+    "ServiceUnavailableError",
+    "SpecialTokenNotAllowedError",
+    "TokenizerNotFoundError",
+    "TokenizerVersionMismatchError",
+    "TokenizerVersionRequiredError",
+    "TokenwireError",
+    "UnknownTokenizerVersionError",
+    "UnsupportedParameterError",
+    "error_from_body",
+]
+
+
+class TokenwireError(Exception):
+    """Base of every error tokenwire reports to a client."""
+
+    status_code: ClassVar[int] = 500
+    error_type: ClassVar[str] = "server_error"
+    default_code: ClassVar[str | None] = None
+
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        self.code = code if code is not None else self.default_code
+        self.headers: dict[str, str] = {}
+
+    def to_body(self) -> dict[str, Any]:
+        """OpenAI's error body: `{"error": {"message", "type", "param", "code"}}`."""
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.error_type,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.message!r}, param={self.param!r}, code={self.code!r})"
+
+
+class InvalidRequestError(TokenwireError):
+    status_code = 400
+    error_type = "invalid_request_error"
+
+
+class InvalidTokenIdError(InvalidRequestError):
+    default_code = "invalid_token_id"
+
+
+class TokenizerVersionRequiredError(InvalidRequestError):
+    default_code = "tokenizer_version_required"
+
+
+class UnknownTokenizerVersionError(InvalidRequestError):
+    default_code = "unknown_tokenizer_version"
+
+
+class TokenizerVersionMismatchError(InvalidRequestError):
+    default_code = "tokenizer_version_mismatch"
+
+
+class SpecialTokenNotAllowedError(InvalidRequestError):
+    default_code = "special_token_not_allowed"
+
+
+class NonCanonicalTokensError(InvalidRequestError):
+    default_code = "non_canonical_tokens"
+
+
+class ContextLengthExceededError(InvalidRequestError):
+    default_code = "context_length_exceeded"
+
+
+class ContentPolicyViolationError(InvalidRequestError):
+    default_code = "content_policy_violation"
+
+
+class UnsupportedParameterError(InvalidRequestError):
+    default_code = "unsupported_parameter"
+
+
+class AuthenticationError(TokenwireError):
+    status_code = 401
+    error_type = "authentication_error"
+    default_code = "invalid_api_key"
+
+
+class NotFoundError(TokenwireError):
+    status_code = 404
+    error_type = "invalid_request_error"
+    default_code = "not_found"
+
+
+class ModelNotFoundError(NotFoundError):
+    default_code = "model_not_found"
+
+
+class TokenizerNotFoundError(NotFoundError):
+    default_code = "tokenizer_not_found"
+
+
+class RequestTooLargeError(TokenwireError):
+    status_code = 413
+    error_type = "invalid_request_error"
+    default_code = "request_too_large"
+
+
+class RateLimitError(TokenwireError):
+    status_code = 429
+    error_type = "rate_limit_error"
+    default_code = "queue_full"
+
+
+class EngineError(TokenwireError):
+    """The engine failed while serving a request that had been accepted."""
+
+    status_code = 500
+    error_type = "server_error"
+    default_code = "engine_error"
+
+
+class ServiceUnavailableError(TokenwireError):
+    status_code = 503
+    error_type = "server_error"
+    default_code = "engine_unavailable"
+
+
+def _leaf_classes(cls: type[TokenwireError]) -> list[type[TokenwireError]]:
+    out = [cls]
+    for sub in cls.__subclasses__():
+        out.extend(_leaf_classes(sub))
+    return out
+
+
+_BY_CODE: dict[str, type[TokenwireError]] = {
+    c.default_code: c for c in _leaf_classes(TokenwireError) if c.default_code is not None
+}
+_BY_STATUS: dict[int, type[TokenwireError]] = {
+    400: InvalidRequestError,
+    401: AuthenticationError,
+    404: NotFoundError,
+    413: RequestTooLargeError,
+    429: RateLimitError,
+    500: EngineError,
+    503: ServiceUnavailableError,
+}
+
+
+def error_from_body(status_code: int, body: Any) -> TokenwireError:
+    """Rebuild the typed error a server sent (used by the client, and for in-band stream errors)."""
+    err = body.get("error") if isinstance(body, dict) else None
+    if not isinstance(err, dict):
+        err = {"message": str(body)}
+    code = err.get("code")
+    cls = _BY_CODE.get(code) if isinstance(code, str) else None
+    if cls is None:
+        cls = _BY_STATUS.get(status_code, TokenwireError)
+    exc = cls(str(err.get("message", "")), param=err.get("param"), code=code)
+    return exc

@@ -1,0 +1,238 @@
+"""Wire models of POST /v1/chat/completions (OpenAI's shape plus the token-native fields)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import BeforeValidator, Discriminator, Field, Tag
+
+from ._base import RequestModel, ResponseModel
+from .common import StreamOptions, TokenId, TokenLogprob, Usage
+
+__all__ = [
+    "ChatChoice",
+    "ChatChunkChoice",
+    "ChatCompletion",
+    "ChatCompletionChunk",
+    "ChatCompletionRequest",
+    "ChatDelta",
+    "ChatMessage",
+    "ChoiceLogprobs",
+    "Content",
+    "ContentBlock",
+    "InputTokensBlock",
+    "ResponseMessage",
+    "TextBlock",
+    "TokenFormat",
+]
+
+
+class TextBlock(RequestModel):
+    type: Literal["text"]
+    text: str
+
+
+class InputTokensBlock(RequestModel):
+    """Token ids spliced into the prompt as they are: never decoded and re-encoded."""
+
+    type: Literal["input_tokens"]
+    token_ids: list[TokenId]
+
+
+def _block_tag(v: Any) -> str | None:
+    kind = v.get("type") if isinstance(v, dict) else getattr(v, "type", None)
+    return f"~{kind}" if kind in ("text", "input_tokens") else None
+
+
+def _content_tag(v: Any) -> str | None:
+    if isinstance(v, str):
+        return "~str"
+    if isinstance(v, list):
+        return "~list"
+    if isinstance(v, dict | TextBlock | InputTokensBlock):
+        return "~block"
+    return None
+
+
+# Tags start with "~" so that error locations can drop them (see server/validation.py).
+ContentBlock = Annotated[
+    Annotated[TextBlock, Tag("~text")] | Annotated[InputTokensBlock, Tag("~input_tokens")],
+    Discriminator(
+        _block_tag,
+        custom_error_type="invalid_content_block",
+        custom_error_message="content blocks must have type 'text' or 'input_tokens'",
+    ),
+]
+
+Content = Annotated[
+    Annotated[str, Tag("~str")]
+    | Annotated[ContentBlock, Tag("~block")]
+    | Annotated[list[ContentBlock], Tag("~list")],
+    Discriminator(
+        _content_tag,
+        custom_error_type="invalid_content",
+        custom_error_message=(
+            "content must be a string, an input_tokens block, or an array of text and "
+            "input_tokens blocks"
+        ),
+    ),
+]
+
+
+def _listify(v: Any) -> Any:
+    return [v] if isinstance(v, str) else v
+
+
+class ChatMessage(RequestModel):
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: Content | None = None
+    token_ids: list[TokenId] | None = None
+    """Assistant history only: the ids returned earlier, used verbatim instead of `content`."""
+    name: str | None = None
+    tool_call_id: str | None = None
+
+
+def _no_int_as_bool(v: Any) -> Any:
+    if isinstance(v, int) and not isinstance(v, bool):
+        raise ValueError("Input should be False, True or 'only'")
+    return v
+
+
+TokenFormat = Annotated[Literal[False, True, "only"], BeforeValidator(_no_int_as_bool)]
+
+
+class ChatCompletionRequest(RequestModel):
+    model: str
+    messages: list[ChatMessage]
+    tokenizer_version: str | None = None
+    """The tokenizer version the request's ids belong to; required when it sends ids."""
+    tokenizer_fallback: Literal["error", "translate"] = "error"
+    """On a version that is not the model's: refuse (default) or go through text."""
+    response_format_tokens: TokenFormat = False
+    """`true`: `message.token_ids` beside `content`; `"only"`: ids and `content: null`."""
+    return_token_ids: bool = False
+    """vLLM dialect: `choices[i].token_ids` and top-level `prompt_token_ids`."""
+    logprobs: bool = False
+    top_logprobs: Annotated[int, Field(ge=0, le=20)] | None = None
+    temperature: Annotated[float, Field(ge=0, le=2)] | None = None
+    top_p: Annotated[float, Field(gt=0, le=1)] | None = None
+    seed: int | None = None
+    max_tokens: Annotated[int, Field(ge=1)] | None = None
+    max_completion_tokens: Annotated[int, Field(ge=1)] | None = None
+    stop: Annotated[list[str], BeforeValidator(_listify), Field(max_length=4)] | None = None
+    """One string or up to four: generation ends before the first occurrence of any."""
+    n: Annotated[int, Field(ge=1)] = 1
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    presence_penalty: Annotated[float, Field(ge=-2, le=2)] = 0.0
+    frequency_penalty: Annotated[float, Field(ge=-2, le=2)] = 0.0
+    # accepted and ignored, as OpenAI's own API does for most callers
+    user: str | None = None
+    metadata: dict[str, str] | None = None
+    store: bool | None = None
+    service_tier: str | None = None
+    # OpenAI fields tokenwire does not implement: a non-neutral value is refused by name
+    tools: list[Any] | None = None
+    tool_choice: Any = None
+    parallel_tool_calls: bool | None = None
+    response_format: dict[str, Any] | None = None
+    logit_bias: dict[str, Any] | None = None
+    functions: list[Any] | None = None
+    function_call: Any = None
+    modalities: list[str] | None = None
+    audio: Any = None
+    prediction: Any = None
+    reasoning_effort: str | None = None
+    web_search_options: Any = None
+
+    unsupported: ClassVar[dict[str, tuple[Any, ...]]] = {
+        # field -> values that mean "feature off"
+        "tools": (None, []),
+        "tool_choice": (None, "none", "auto"),
+        "parallel_tool_calls": (None, False, True),
+        "response_format": (None, {"type": "text"}),
+        "logit_bias": (None, {}),
+        "functions": (None, []),
+        "function_call": (None, "none", "auto"),
+        "modalities": (None, ["text"]),
+        "audio": (None,),
+        "prediction": (None,),
+        "reasoning_effort": (None,),
+        "web_search_options": (None,),
+    }
+
+
+# -- responses --------------------------------------------------------------------------------
+
+
+class ChoiceLogprobs(ResponseModel):
+    content: list[TokenLogprob] | None
+    refusal: None = None
+
+
+class ResponseMessage(ResponseModel):
+    omit_if_none = frozenset({"token_ids"})
+    role: Literal["assistant"] = "assistant"
+    content: str | None
+    refusal: str | None = None
+    token_ids: list[int] | None = None
+    """The ids the model sampled (`response_format_tokens`)."""
+
+
+class ChatChoice(ResponseModel):
+    omit_if_none = frozenset({"token_ids", "stop_reason"})
+    index: int
+    message: ResponseMessage
+    logprobs: ChoiceLogprobs | None = None
+    finish_reason: Literal["stop", "length", "content_filter"] | None
+    token_ids: list[int] | None = None
+    """vLLM dialect (`return_token_ids`): the ids the model sampled."""
+    stop_reason: int | str | None = None
+    """vLLM dialect: the end-of-generation id or the stop string that ended the choice."""
+
+
+class _TokenNative(ResponseModel):
+    omit_if_none = frozenset(
+        {"prompt_token_ids", "tokenizer_version", "token_ids_source", "usage",
+         "system_fingerprint"}
+    )
+    id: str
+    created: int
+    model: str
+    system_fingerprint: str | None = None
+    prompt_token_ids: list[int] | None = None
+    """vLLM dialect (`return_token_ids`): the exact ids the model was fed."""
+    tokenizer_version: str | None = None
+    """Full id of the version every id in this response belongs to."""
+    token_ids_source: Literal["sampled", "translated", "retokenized"] | None = None
+    """Provenance of the output ids: "sampled" only when they are the ones the model sampled."""
+
+
+class ChatCompletion(_TokenNative):
+    object: Literal["chat.completion"] = "chat.completion"
+    choices: list[ChatChoice]
+    usage: Usage | None = None
+
+
+class ChatDelta(ResponseModel):
+    omit_if_none = frozenset({"role", "content", "token_ids"})
+    role: Literal["assistant"] | None = None
+    content: str | None = None
+    """Never splits a UTF-8 character: may be "" while ids of a partial character arrive."""
+    token_ids: list[int] | None = None
+
+
+class ChatChunkChoice(ResponseModel):
+    omit_if_none = frozenset({"token_ids", "stop_reason"})
+    index: int
+    delta: ChatDelta
+    logprobs: ChoiceLogprobs | None = None
+    finish_reason: Literal["stop", "length", "content_filter"] | None = None
+    token_ids: list[int] | None = None
+    stop_reason: int | str | None = None
+
+
+class ChatCompletionChunk(_TokenNative):
+    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
+    choices: list[ChatChunkChoice]
+    usage: Usage | None = None

@@ -1,0 +1,93 @@
+"""Thin routers: parse the body, call a service, render the result (JSON or SSE)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
+from typing import TypeVar
+
+from pydantic import BaseModel
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from ..protocol.chat import ChatCompletionRequest
+from ..protocol.common import ModelCard, ModelList
+from ..serving.chat import ChatService
+from ..serving.models import ModelRegistry, ServedModel
+from ._json import ModelResponse
+from .sse import sse_frames
+from .validation import parse_body
+
+__all__ = ["routes"]
+
+T = TypeVar("T")
+
+
+class _ClientGone(Exception):
+    pass
+
+
+async def _unless_disconnected(request: Request, work: Awaitable[T]) -> T:
+    """Run `work`, cancelling it if the client hangs up first (frees the engine at once)."""
+    task = asyncio.ensure_future(work)
+
+    async def disconnected() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    watcher = asyncio.ensure_future(disconnected())
+    try:
+        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+    if task.done():
+        return task.result()
+    task.cancel()
+    raise _ClientGone
+
+
+def _card(m: ServedModel) -> ModelCard:
+    return ModelCard(id=m.id, created=m.created, tokenizer_version=m.tokenizer_version,
+                     max_model_len=m.max_model_len)
+
+
+async def list_models(request: Request) -> Response:
+    models: ModelRegistry = request.app.state.models
+    return ModelResponse(ModelList(data=[_card(m) for m in models.all()]))
+
+
+async def get_model(request: Request) -> Response:
+    models: ModelRegistry = request.app.state.models
+    return ModelResponse(_card(models.get(request.path_params["model"], param="model")))
+
+
+async def _respond(request: Request, stream: bool, make_stream, make_whole) -> Response:  # type: ignore[no-untyped-def]
+    if stream:
+        chunks = await make_stream()
+        return StreamingResponse(sse_frames(chunks), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache"})
+    try:
+        result: BaseModel = await _unless_disconnected(request, make_whole())
+    except _ClientGone:
+        return Response(status_code=499)
+    return ModelResponse(result)
+
+
+async def chat_completions(request: Request) -> Response:
+    req = parse_body(await request.body(), ChatCompletionRequest)
+    service: ChatService = request.app.state.chat
+    return await _respond(request, req.stream, lambda: service.stream(req),
+                          lambda: service.create(req))
+
+
+async def health(request: Request) -> Response:
+    return JSONResponse({"status": "ok"})
+
+
+routes = [
+    Route("/health", health, methods=["GET"]),
+    Route("/v1/models", list_models, methods=["GET"]),
+    Route("/v1/models/{model:path}", get_model, methods=["GET"]),
+    Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+]

@@ -1,0 +1,38 @@
+"""Server-Sent Events framing, done once, here: `data: <json>\n\n` ... `data: [DONE]\n\n`.
+
+An error after the first byte cannot change the status any more; it goes in-band as
+`data: {"error": {...}}`, then `[DONE]`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+
+from pydantic import BaseModel
+
+from ..errors import EngineError, TokenwireError
+from ._json import dumps
+
+__all__ = ["sse_frames"]
+
+log = logging.getLogger(__name__)
+
+DONE = b"data: [DONE]\n\n"
+
+
+async def sse_frames(events: AsyncIterator[BaseModel]) -> AsyncIterator[bytes]:
+    try:
+        async for ev in events:
+            yield b"data: " + ev.model_dump_json().encode() + b"\n\n"
+    except TokenwireError as exc:
+        yield b"data: " + dumps(exc.to_body()) + b"\n\n"
+    except Exception as exc:  # noqa: BLE001 - the stream must end in the OpenAI shape
+        log.exception("stream failed")
+        err = EngineError(f"the stream failed: {type(exc).__name__}")
+        yield b"data: " + dumps(err.to_body()) + b"\n\n"
+    finally:
+        aclose = getattr(events, "aclose", None)
+        if aclose is not None:
+            await aclose()
+    yield DONE

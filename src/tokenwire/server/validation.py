@@ -1,0 +1,65 @@
+"""Request bodies in, typed models out; pydantic's errors become OpenAI-shaped 400s.
+
+The error names the culprit by its path in the body (`messages[0].content[1].token_ids[7]`);
+union tags that pydantic puts in locations (ours start with "~") are dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from ..errors import InvalidRequestError, InvalidTokenIdError
+
+__all__ = ["format_param", "parse_body", "translate_validation_error"]
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def format_param(loc: Sequence[int | str]) -> str | None:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif not part.startswith("~"):
+            out += f".{part}" if out else part
+    return out or None
+
+
+def translate_validation_error(exc: ValidationError) -> InvalidRequestError:
+    err = exc.errors(include_url=False)[0]
+    kind = err["type"]
+    loc = [p for p in err["loc"] if not (isinstance(p, str) and p.startswith("~"))]
+    param = format_param(loc)
+    if kind == "json_invalid":
+        return InvalidRequestError(
+            "We could not parse the JSON body of your request: "
+            f"{err.get('ctx', {}).get('error', 'invalid JSON')}",
+            code="invalid_json",
+        )
+    if kind == "model_type" and not loc:
+        return InvalidRequestError("The request body must be a JSON object",
+                                   code="invalid_type")
+    if kind == "missing":
+        return InvalidRequestError(f"Missing required parameter: '{param}'.", param=param,
+                                   code="missing_required_parameter")
+    if kind == "extra_forbidden":
+        return InvalidRequestError(f"Unrecognized request argument supplied: {param}",
+                                   param=param, code="unknown_parameter")
+    message = f"Invalid value for '{param}': {err['msg']}" if param else err["msg"]
+    if "token_ids" in loc and isinstance(loc[-1], int):
+        return InvalidTokenIdError(
+            f"Invalid token id at '{param}': token ids must be non-negative integers",
+            param=param,
+        )
+    code = "invalid_type" if kind.endswith("_type") else "invalid_value"
+    return InvalidRequestError(message, param=param, code=code)
+
+
+def parse_body(body: bytes, model: type[M]) -> M:
+    try:
+        return model.model_validate_json(body or b"null")
+    except ValidationError as exc:
+        raise translate_validation_error(exc) from exc

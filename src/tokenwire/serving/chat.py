@@ -1,0 +1,298 @@
+"""POST /v1/chat/completions: messages -> prompt ids (in token space) -> choices -> response.
+
+No HTTP here: the router hands a parsed request in and renders what comes back.
+`create` returns a whole `ChatCompletion`; `stream` validates, admits every choice, and only
+then returns the iterator of chunks, so every error it can raise happens before the first byte.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from ..config import Settings
+from ..errors import InvalidRequestError, UnsupportedParameterError
+from ..protocol.chat import (
+    ChatChoice,
+    ChatChunkChoice,
+    ChatCompletion,
+    ChatCompletionChunk,
+    ChatCompletionRequest,
+    ChatDelta,
+    ChatMessage,
+    ChoiceLogprobs,
+    InputTokensBlock,
+    ResponseMessage,
+    TextBlock,
+)
+from ..protocol.common import Usage
+from ..tokenizers.registry import TokenizerRegistry
+from .generation import ChoiceUpdate, run_choices
+from .logprobs import chat_logprobs
+from .models import ModelRegistry, ServedModel
+from .sampling import choice_params, completion_budget
+from .template import TemplateMessage
+from .tokens import IdSpan, TokenSpace, check_id_range, resolve_token_space
+
+__all__ = ["ChatService"]
+
+
+@dataclass
+class _Plan:
+    req: ChatCompletionRequest
+    model: ServedModel
+    space: TokenSpace
+    prompt: list[int]
+    id: str = field(default_factory=lambda: f"chatcmpl-{uuid.uuid4().hex}")
+    created: int = field(default_factory=lambda: int(time.time()))
+
+    @property
+    def wants_ids(self) -> bool:
+        return bool(self.req.response_format_tokens) or self.req.return_token_ids
+
+    def out_ids(self, ids: list[int], text: str) -> list[int]:
+        """Output ids in the client's version (re-encoded from text when translating)."""
+        if self.space.translate:
+            return self.space.client.tokenizer.encode(text)
+        return ids
+
+    def envelope(self) -> dict[str, object]:
+        """The token-native fields every response (or chunk) of this request carries."""
+        env: dict[str, object] = {"id": self.id, "created": self.created, "model": self.model.id}
+        if self.wants_ids:
+            env["tokenizer_version"] = self.space.client.version
+            env["token_ids_source"] = self.space.source
+        return env
+
+
+def _check_unsupported(req: ChatCompletionRequest) -> None:
+    for name, neutral in ChatCompletionRequest.unsupported.items():
+        value = getattr(req, name)
+        if value not in neutral:
+            raise UnsupportedParameterError(
+                f"{name!r} is not supported by this server", param=name
+            )
+
+
+def _check_shape(req: ChatCompletionRequest, settings: Settings) -> None:
+    if not req.messages:
+        raise InvalidRequestError("messages must contain at least one message",
+                                  param="messages", code="invalid_value")
+    if req.top_logprobs is not None and not req.logprobs:
+        raise InvalidRequestError("top_logprobs requires logprobs to be true",
+                                  param="top_logprobs", code="invalid_value")
+    if req.stream_options is not None and not req.stream:
+        raise InvalidRequestError("stream_options is only allowed when stream is true",
+                                  param="stream_options", code="invalid_value")
+    if req.n > settings.max_n:
+        raise InvalidRequestError(f"n must be at most {settings.max_n}", param="n",
+                                  code="invalid_value")
+    if req.tokenizer_fallback == "translate" and req.logprobs:
+        raise InvalidRequestError(
+            "logprobs carry the model's own ids and cannot be combined with "
+            "tokenizer_fallback 'translate'", param="logprobs", code="invalid_value")
+    for i, m in enumerate(req.messages):
+        if m.token_ids is not None and m.role != "assistant":
+            raise InvalidRequestError(
+                "only assistant messages may carry token_ids; send other ids as an "
+                "input_tokens content block", param=f"messages[{i}].token_ids",
+                code="invalid_value")
+        if m.content is None and m.token_ids is None:
+            raise InvalidRequestError("a message needs content", param=f"messages[{i}].content",
+                                      code="missing_required_parameter")
+        if isinstance(m.content, list) and not m.content:
+            raise InvalidRequestError("content must not be an empty array",
+                                      param=f"messages[{i}].content", code="invalid_value")
+
+
+def _id_spans(messages: list[ChatMessage]) -> list[IdSpan]:
+    spans = []
+    for i, m in enumerate(messages):
+        if m.token_ids is not None:
+            spans.append(IdSpan(f"messages[{i}].token_ids", m.token_ids))
+            continue
+        c = m.content
+        if isinstance(c, InputTokensBlock):
+            spans.append(IdSpan(f"messages[{i}].content.token_ids", c.token_ids))
+        elif isinstance(c, list):
+            for j, b in enumerate(c):
+                if isinstance(b, InputTokensBlock):
+                    spans.append(IdSpan(f"messages[{i}].content[{j}].token_ids", b.token_ids))
+    return spans
+
+
+class ChatService:
+    def __init__(self, models: ModelRegistry, tokenizers: TokenizerRegistry, settings: Settings):
+        self._models = models
+        self._tokenizers = tokenizers
+        self._settings = settings
+
+    # -- building the prompt -------------------------------------------------------------------
+
+    def _content_ids(self, m: ChatMessage, space: TokenSpace) -> list[int]:
+        """A message's content in the model's ids: text encoded with control tokens off,
+        sent ids spliced as they are (or via text when translating)."""
+        enc = space.model.tokenizer.encode
+
+        def from_ids(ids: list[int]) -> list[int]:
+            return enc(space.client.tokenizer.decode(ids)) if space.translate else list(ids)
+
+        if m.token_ids is not None:
+            return from_ids(m.token_ids)
+        c = m.content
+        if isinstance(c, str):
+            return enc(c)
+        if isinstance(c, TextBlock):
+            return enc(c.text)
+        if isinstance(c, InputTokensBlock):
+            return from_ids(c.token_ids)
+        ids: list[int] = []
+        for b in c or []:
+            ids += enc(b.text) if isinstance(b, TextBlock) else from_ids(b.token_ids)
+        return ids
+
+    def plan(self, req: ChatCompletionRequest) -> _Plan:
+        """Everything checked and the prompt built; nothing has reached the engine yet."""
+        _check_unsupported(req)
+        _check_shape(req, self._settings)
+        model = self._models.get(req.model)
+        spans = _id_spans(req.messages)
+        space = resolve_token_space(
+            model=model, registry=self._tokenizers, version=req.tokenizer_version,
+            fallback=req.tokenizer_fallback, carries_ids=bool(spans),
+            require_version=self._settings.require_tokenizer_version,
+        )
+        check_id_range(spans, space.client.tokenizer)
+        template = model.chat_template()
+        prompt = template.render(
+            [TemplateMessage(m.role, self._content_ids(m, space)) for m in req.messages]
+        )
+        return _Plan(req=req, model=model, space=space, prompt=prompt)
+
+    async def _start(self, plan: _Plan) -> AsyncIterator[ChoiceUpdate]:
+        req = plan.req
+        requested = req.max_completion_tokens or req.max_tokens
+        budget = completion_budget(
+            prompt_len=len(plan.prompt), max_model_len=plan.model.max_model_len,
+            requested=requested, prompt_param="messages",
+            limit_param="max_completion_tokens" if req.max_completion_tokens else "max_tokens",
+        )
+        params = choice_params(
+            n=req.n, max_tokens=budget, temperature=req.temperature, top_p=req.top_p,
+            seed=req.seed, logprobs=(req.top_logprobs or 0) if req.logprobs else None,
+            presence_penalty=req.presence_penalty, frequency_penalty=req.frequency_penalty,
+        )
+        return await run_choices(plan.model.engine, plan.prompt, params,
+                                 plan.model.tokenizer, req.stop or (),
+                                 token_aligned=plan.wants_ids)
+
+    # -- responses -----------------------------------------------------------------------------
+
+    async def create(self, req: ChatCompletionRequest) -> ChatCompletion:
+        plan = self.plan(req)
+        updates = await self._start(plan)
+        acc = [_Choice() for _ in range(req.n)]
+        async for u in updates:
+            acc[u.index].add(u)
+        tok = plan.model.tokenizer
+        choices = []
+        for i, a in enumerate(acc):
+            text = "".join(a.text)
+            ids = plan.out_ids(a.ids, text)
+            choices.append(ChatChoice(
+                index=i,
+                message=ResponseMessage(
+                    content=None if req.response_format_tokens == "only" else text,
+                    token_ids=ids if req.response_format_tokens else None,
+                ),
+                logprobs=ChoiceLogprobs(content=chat_logprobs(tok, a.events))
+                if req.logprobs else None,
+                finish_reason=a.finish_reason,  # type: ignore[arg-type]
+                token_ids=ids if req.return_token_ids else None,
+                stop_reason=a.stop_reason if plan.wants_ids else None,
+            ))
+        completion = sum(a.n_sampled for a in acc)
+        return ChatCompletion(
+            **plan.envelope(),  # type: ignore[arg-type]
+            choices=choices,
+            usage=Usage(prompt_tokens=len(plan.prompt), completion_tokens=completion,
+                        total_tokens=len(plan.prompt) + completion),
+            prompt_token_ids=plan.prompt if req.return_token_ids and not plan.space.translate
+            else None,
+        )
+
+    async def stream(self, req: ChatCompletionRequest) -> AsyncIterator[ChatCompletionChunk]:
+        plan = self.plan(req)
+        updates = await self._start(plan)
+        return self._chunks(plan, updates)
+
+    async def _chunks(self, plan: _Plan, updates: AsyncIterator[ChoiceUpdate],
+                      ) -> AsyncIterator[ChatCompletionChunk]:
+        req = plan.req
+        env = plan.envelope()
+        only = req.response_format_tokens == "only"
+        tok = plan.model.tokenizer
+        first = True
+        for i in range(req.n):
+            yield ChatCompletionChunk(
+                **env,  # type: ignore[arg-type]
+                choices=[ChatChunkChoice(index=i, delta=ChatDelta(
+                    role="assistant", content=None if only else ""))],
+                prompt_token_ids=plan.prompt if first and req.return_token_ids
+                and not plan.space.translate else None,
+            )
+            first = False
+        completion = 0
+        try:
+            async for u in updates:
+                if u.delta:
+                    ids = plan.out_ids(u.delta.ids, u.delta.text)
+                    yield ChatCompletionChunk(**env, choices=[ChatChunkChoice(  # type: ignore[arg-type]
+                        index=u.index,
+                        delta=ChatDelta(
+                            content=None if only else u.delta.text,
+                            token_ids=ids if req.response_format_tokens else None,
+                        ),
+                        logprobs=ChoiceLogprobs(content=chat_logprobs(tok, u.delta.events))
+                        if req.logprobs else None,
+                        token_ids=ids if req.return_token_ids else None,
+                    )])
+                if u.finish_reason is not None:
+                    completion += u.n_sampled
+                    yield ChatCompletionChunk(**env, choices=[ChatChunkChoice(  # type: ignore[arg-type]
+                        index=u.index, delta=ChatDelta(),
+                        finish_reason=u.finish_reason,  # type: ignore[arg-type]
+                        stop_reason=u.stop_reason if plan.wants_ids else None,
+                    )])
+        finally:
+            aclose = getattr(updates, "aclose", None)
+            if aclose is not None:
+                await aclose()
+        if req.stream_options is not None and req.stream_options.include_usage:
+            yield ChatCompletionChunk(
+                **env,  # type: ignore[arg-type]
+                choices=[],
+                usage=Usage(prompt_tokens=len(plan.prompt), completion_tokens=completion,
+                            total_tokens=len(plan.prompt) + completion),
+            )
+
+
+@dataclass
+class _Choice:
+    ids: list[int] = field(default_factory=list)
+    text: list[str] = field(default_factory=list)
+    events: list = field(default_factory=list)  # type: ignore[type-arg]
+    finish_reason: str | None = None
+    stop_reason: int | str | None = None
+    n_sampled: int = 0
+
+    def add(self, u: ChoiceUpdate) -> None:
+        self.ids += u.delta.ids
+        self.text.append(u.delta.text)
+        self.events += u.delta.events
+        if u.finish_reason is not None:
+            self.finish_reason = u.finish_reason
+            self.stop_reason = u.stop_reason
+            self.n_sampled = u.n_sampled

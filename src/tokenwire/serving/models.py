@@ -1,0 +1,73 @@
+"""Served models: an engine, the tokenizer version it reads and writes, and its chat template."""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..engines.base import Engine
+from ..errors import InvalidRequestError, ModelNotFoundError
+from ..tokenizers.hf import HFTokenizer
+from ..tokenizers.registry import TokenizerEntry
+from .template import ChatTemplate
+
+__all__ = ["ModelRegistry", "ServedModel", "default_model_name"]
+
+
+@dataclass
+class ServedModel:
+    id: str
+    engine: Engine
+    tokenizer_entry: TokenizerEntry
+    template: ChatTemplate | None
+    created: int = field(default_factory=lambda: int(time.time()))
+
+    @property
+    def tokenizer(self) -> HFTokenizer:
+        return self.tokenizer_entry.tokenizer
+
+    @property
+    def tokenizer_version(self) -> str:
+        return self.tokenizer_entry.version
+
+    @property
+    def max_model_len(self) -> int:
+        return self.engine.info.max_model_len
+
+    def chat_template(self) -> ChatTemplate:
+        if self.template is None:
+            raise InvalidRequestError(
+                f"model {self.id!r} has no chat template; use /v1/completions", param="model"
+            )
+        return self.template
+
+
+class ModelRegistry:
+    def __init__(self) -> None:
+        self._models: dict[str, ServedModel] = {}
+
+    def add(self, model: ServedModel) -> None:
+        self._models[model.id] = model
+        model.tokenizer_entry.models.add(model.id)
+
+    def get(self, name: str, *, param: str = "model") -> ServedModel:
+        model = self._models.get(name)
+        if model is None:
+            known = ", ".join(sorted(self._models)) or "none"
+            raise ModelNotFoundError(
+                f"The model {name!r} does not exist; this server serves: {known}", param=param
+            )
+        return model
+
+    def all(self) -> list[ServedModel]:
+        return list(self._models.values())
+
+
+_QUANT_SUFFIX = re.compile(r"[.-](i?q\d\w*|f16|f32|bf16)$", re.IGNORECASE)
+
+
+def default_model_name(path: Path) -> str:
+    """`SmolLM2-135M-Instruct.Q4_1.gguf` -> `SmolLM2-135M-Instruct`."""
+    return _QUANT_SUFFIX.sub("", path.stem)

@@ -1,0 +1,121 @@
+"""From sampled ids to deltas: stop strings and UTF-8 boundaries, shared by every endpoint.
+
+Two hold-backs, in this order:
+- stop strings (token-granular): a token whose bytes could begin a stop string waits until the
+  string is ruled out or matched. On a match, the ids end with the last token that lies wholly
+  before the stop string. The text ends exactly before the stop string, as OpenAI's does; but
+  when the request shows ids (`token_aligned`), the text is the text of those ids, so the two
+  always agree (a stop string that begins inside a token then drops that token; docs/api.md).
+- UTF-8 (byte-granular): bytes of an incomplete character are held until it completes, so a
+  delta's text never splits a character; its ids go out at once (the text may be "").
+
+Invariant: concat(delta.text) == decode(concat(delta.ids)) with errors="replace".
+"""
+
+from __future__ import annotations
+
+import codecs
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from ..engines.base import TokenEvent
+from ..tokenizers.base import Tokenizer
+
+__all__ = ["Delta", "OutputDecoder"]
+
+
+@dataclass
+class Delta:
+    ids: list[int] = field(default_factory=list)
+    text: str = ""
+    events: list[TokenEvent] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.ids or self.text)
+
+
+class OutputDecoder:
+    def __init__(self, tokenizer: Tokenizer, stop: Sequence[str] = (), *,
+                 token_aligned: bool = True):
+        self._tok = tokenizer
+        self._aligned = token_aligned
+        self._stops = [s.encode() for s in stop if s]
+        self._longest = max((len(s) for s in self._stops), default=0)
+        self._held: list[TokenEvent] = []
+        self._held_bytes: list[bytes] = []
+        self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self.stop_string: str | None = None
+        """The stop string that ended the output, once one has."""
+
+    def push(self, ev: TokenEvent) -> Delta:
+        """Take one sampled token; returns what can be released now (maybe empty)."""
+        if self.stop_string is not None:
+            return Delta()
+        if not self._stops:
+            return self._release([ev], [self._tok.token_bytes(ev.token_id)])
+        self._held.append(ev)
+        self._held_bytes.append(self._tok.token_bytes(ev.token_id))
+        data = b"".join(self._held_bytes)
+        hit = self._first_match(data)
+        if hit is None:
+            n = self._count_before(self._partial_start(data))
+            delta = self._release(self._held[:n], self._held_bytes[:n])
+            del self._held[:n], self._held_bytes[:n]
+            return delta
+        at, stop = hit
+        self.stop_string = stop.decode()
+        n = self._count_before(at)
+        delta = self._release(self._held[:n], self._held_bytes[:n])
+        if not self._aligned:
+            # the text of the straddling token that precedes the stop string (not its id)
+            released = sum(len(b) for b in self._held_bytes[:n])
+            delta.text += self._utf8.decode(data[released:at])
+        self._held, self._held_bytes = [], []
+        return delta
+
+    def finish(self) -> Delta:
+        """Release everything still held (no stop string can match any more)."""
+        delta = Delta()
+        if self.stop_string is None and self._held:
+            delta = self._release(self._held, self._held_bytes)
+            self._held, self._held_bytes = [], []
+        delta.text += self._utf8.decode(b"", final=True)
+        return delta
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _first_match(self, data: bytes) -> tuple[int, bytes] | None:
+        best: tuple[int, bytes] | None = None
+        for s in self._stops:
+            i = data.find(s)
+            if i >= 0 and (best is None or i < best[0]):
+                best = (i, s)
+        return best
+
+    def _partial_start(self, data: bytes) -> int:
+        """Earliest offset from which the tail of `data` could still grow into a stop string."""
+        start = max(0, len(data) - self._longest + 1)
+        for i in range(start, len(data)):
+            tail = data[i:]
+            if any(s.startswith(tail) for s in self._stops):
+                return i
+        return len(data)
+
+    def _count_before(self, offset: int) -> int:
+        """How many held tokens end at or before byte `offset` of the held text."""
+        end = n = 0
+        for b in self._held_bytes:
+            end += len(b)
+            if end > offset:
+                break
+            n += 1
+        return n
+
+    def _release(self, events: list[TokenEvent], pieces: list[bytes]) -> Delta:
+        if not events:
+            return Delta()
+        return Delta(
+            ids=[e.token_id for e in events],
+            text=self._utf8.decode(b"".join(pieces)),
+            events=list(events),
+        )

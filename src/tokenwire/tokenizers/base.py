@@ -1,0 +1,53 @@
+"""The `Tokenizer` protocol: what serving code may ask of a tokenizer version."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+__all__ = ["VERSION_RE", "Tokenizer", "make_version"]
+
+#: `<family>@sha256:<first 16 hex of the artifact's sha256>`
+VERSION_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*@sha256:[0-9a-f]{16}$")
+
+
+def make_version(family: str, sha256_hex: str) -> str:
+    return f"{family}@sha256:{sha256_hex[:16]}"
+
+
+@runtime_checkable
+class Tokenizer(Protocol):
+    """One immutable tokenizer version (id <-> bytes mapping)."""
+
+    @property
+    def version(self) -> str:
+        """The content-addressed id, e.g. `smollm2-49k@sha256:3f2a...`."""
+        ...
+
+    @property
+    def family(self) -> str: ...
+
+    @property
+    def vocab_size(self) -> int: ...
+
+    @property
+    def special_ids(self) -> frozenset[int]:
+        """Control tokens (chat markers, BOS/EOS, ...): never produced by encoding plain text."""
+        ...
+
+    def encode(self, text: str, *, parse_special: bool = False) -> list[int]:
+        """Ids of `text`; with `parse_special`, control-token strings become control tokens."""
+        ...
+
+    def token_bytes(self, token_id: int) -> bytes:
+        """The exact bytes one id stands for (control tokens: their text)."""
+        ...
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """The text of `ids` (invalid UTF-8 replaced by U+FFFD)."""
+        ...
+
+    def token_str(self, token_id: int) -> str:
+        """The vocabulary entry of an id, as the tokenizer spells it (e.g. `Ġthe`)."""
+        ...

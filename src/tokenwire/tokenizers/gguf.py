@@ -1,0 +1,141 @@
+"""Build a portable tokenizer.json from a GGUF file's tokenizer metadata.
+
+The result must give exactly the ids llama.cpp gives for the same model (tests/tokenizers prove
+it on a corpus), so each piece mirrors llama.cpp's `llama-vocab.cpp`: the pre-tokenizer regexes
+of the file's `tokenizer.ggml.pre`, its merges, and its control tokens as special added tokens
+(never matched in plain text; matched in chat-template structure).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ._gguf import read_metadata
+from .hf import HFTokenizer, canonical_json
+
+__all__ = ["GGUFTokenizerInfo", "UnsupportedTokenizerError", "tokenizer_from_gguf"]
+
+# llama.cpp token types (enum llama_token_type)
+_CONTROL = 3
+_USER_DEFINED = 4
+
+_GPT2_REGEX = (
+    r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
+)
+
+
+def _split(pattern: str) -> dict[str, Any]:
+    return {"type": "Split", "pattern": {"Regex": pattern}, "behavior": "Isolated", "invert": False}
+
+
+_BYTE_LEVEL = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False,
+               "use_regex": False}
+
+#: `tokenizer.ggml.pre` -> the regexes llama.cpp splits with, in order (llama-vocab.cpp)
+_BPE_PRE: dict[str, list[str]] = {
+    "smollm": [r"\p{N}", _GPT2_REGEX],
+    "starcoder": [r"\p{N}", _GPT2_REGEX],
+    "refact": [r"\p{N}", _GPT2_REGEX],
+    "gpt-2": [_GPT2_REGEX],
+}
+
+
+class UnsupportedTokenizerError(ValueError):
+    """The GGUF file's tokenizer has no portable equivalent here yet."""
+
+
+@dataclass(frozen=True)
+class GGUFTokenizerInfo:
+    """What the model file says about its tokenizer, beside the tokenizer itself."""
+
+    tokenizer: HFTokenizer
+    chat_template: str | None
+    bos_id: int | None
+    eos_id: int | None
+    add_bos: bool
+    context_length: int | None
+    name: str | None
+
+
+def _family(meta: dict[str, Any], vocab_size: int) -> str:
+    base = meta.get("general.basename") or meta.get("general.name") or meta["tokenizer.ggml.pre"]
+    slug = re.sub(r"[^a-z0-9._-]+", "-", str(base).lower()).strip("-") or "gguf"
+    return f"{slug}-{round(vocab_size / 1000)}k"
+
+
+def _added_tokens(tokens: list[str], types: list[int]) -> list[dict[str, Any]]:
+    return [
+        {"id": i, "content": tokens[i], "single_word": False, "lstrip": False, "rstrip": False,
+         "normalized": False, "special": types[i] == _CONTROL}
+        for i in range(len(tokens))
+        if types[i] in (_CONTROL, _USER_DEFINED)
+    ]
+
+
+def _bpe(meta: dict[str, Any]) -> dict[str, Any]:
+    pre = meta.get("tokenizer.ggml.pre", "default")
+    if pre not in _BPE_PRE:
+        raise UnsupportedTokenizerError(
+            f"BPE pre-tokenizer {pre!r} has no portable equivalent yet "
+            f"(supported: {', '.join(sorted(_BPE_PRE))})"
+        )
+    tokens: list[str] = meta["tokenizer.ggml.tokens"]
+    types: list[int] = meta.get("tokenizer.ggml.token_type", [1] * len(tokens))
+    merges: list[str] = meta.get("tokenizer.ggml.merges", [])
+    return {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": _added_tokens(tokens, types),
+        "normalizer": None,
+        "pre_tokenizer": {
+            "type": "Sequence",
+            "pretokenizers": [*(_split(p) for p in _BPE_PRE[pre]), _BYTE_LEVEL],
+        },
+        "post_processor": None,
+        "decoder": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False,
+                    "use_regex": False},
+        "model": {
+            "type": "BPE",
+            "dropout": None,
+            "unk_token": None,
+            "continuing_subword_prefix": None,
+            "end_of_word_suffix": None,
+            "fuse_unk": False,
+            "byte_fallback": False,
+            "ignore_merges": False,
+            "vocab": {t: i for i, t in enumerate(tokens)},
+            "merges": [m.split(" ", 1) for m in merges],
+        },
+    }
+
+
+#: `tokenizer.ggml.model` -> builder of the tokenizer.json structure
+_BUILDERS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    "gpt2": _bpe,
+}
+
+
+def tokenizer_from_gguf(path: str | Path) -> GGUFTokenizerInfo:
+    meta = read_metadata(path)
+    kind = meta.get("tokenizer.ggml.model")
+    builder = _BUILDERS.get(str(kind))
+    if builder is None:
+        raise UnsupportedTokenizerError(f"tokenizer model {kind!r} is not supported yet")
+    spec = builder(meta)
+    n_vocab = len(meta["tokenizer.ggml.tokens"])
+    arch = meta.get("general.architecture")
+    tok = HFTokenizer(canonical_json(spec), family=_family(meta, n_vocab))
+    return GGUFTokenizerInfo(
+        tokenizer=tok,
+        chat_template=meta.get("tokenizer.chat_template"),
+        bos_id=meta.get("tokenizer.ggml.bos_token_id"),
+        eos_id=meta.get("tokenizer.ggml.eos_token_id"),
+        add_bos=bool(meta.get("tokenizer.ggml.add_bos_token", False)),
+        context_length=meta.get(f"{arch}.context_length") if arch else None,
+        name=meta.get("general.name"),
+    )

@@ -1,0 +1,134 @@
+"""A tokenizer version backed by a Hugging Face `tokenizers` artifact (tokenizer.json).
+
+The artifact is what the server publishes, so serving from it means clients that load the same
+bytes get exactly the server's ids. The bytes of each id are computed once from the vocabulary
+(byte-level BPE, or SentencePiece pieces with byte fallback), so decoding is a join.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from functools import cached_property
+from typing import Any
+
+from tokenizers import Tokenizer as _HFTokenizer
+
+from .base import make_version
+
+__all__ = ["HFTokenizer", "canonical_json"]
+
+
+def canonical_json(obj: Any) -> bytes:
+    """One byte string per JSON value: the artifact's bytes, and so its hash, are reproducible."""
+    return json.dumps(obj, sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def _byte_decoder() -> dict[str, int]:
+    """GPT-2's printable stand-in character for each byte, inverted."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAC + 1))
+    bs += list(range(0xAE, 0xFF + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {chr(c): b for b, c in zip(bs, cs, strict=True)}
+
+
+_BYTE_DECODER = _byte_decoder()
+
+
+def _piece_bytes(model: dict[str, Any], piece: str) -> bytes:
+    if model["type"] == "BPE" and not model.get("byte_fallback"):
+        return bytes(_BYTE_DECODER[c] for c in piece)
+    # SentencePiece-style: "▁" is a space, "<0xAB>" is one raw byte
+    if len(piece) == 6 and piece.startswith("<0x") and piece.endswith(">"):
+        return bytes([int(piece[3:5], 16)])
+    return piece.replace("\u2581", " ").encode()
+
+
+class HFTokenizer:
+    """Implements `Tokenizer` over the bytes of a tokenizer.json."""
+
+    def __init__(self, artifact: bytes, *, family: str):
+        self.artifact = artifact
+        self.sha256 = hashlib.sha256(artifact).hexdigest()
+        self._family = family
+        self._version = make_version(family, self.sha256)
+        spec = json.loads(artifact)
+        # two instances: one keeps control-token strings as text, one parses them (templates)
+        self._plain = _HFTokenizer.from_str(artifact.decode())
+        self._plain.encode_special_tokens = True
+        self._special = _HFTokenizer.from_str(artifact.decode())
+        vocab: dict[str, int] = spec["model"]["vocab"]
+        if isinstance(vocab, list):  # Unigram: [[piece, score], ...]
+            vocab = {p: i for i, (p, _) in enumerate(vocab)}
+        added = {t["id"]: t for t in spec.get("added_tokens", [])}
+        size = max([*vocab.values(), *added.keys()]) + 1
+        strs = [""] * size
+        for piece, i in vocab.items():
+            strs[i] = piece
+        self._strs = strs
+        table: list[bytes] = []
+        for i, piece in enumerate(strs):
+            if i in added:
+                table.append(added[i]["content"].encode())
+            else:
+                table.append(_piece_bytes(spec["model"], piece))
+        self._bytes = table
+        self._special_ids = frozenset(i for i, t in added.items() if t.get("special"))
+        self._special_by_text = {added[i]["content"]: i for i in self._special_ids}
+
+    @property
+    def version(self) -> str:
+        return self._version
+
+    @property
+    def family(self) -> str:
+        return self._family
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self._bytes)
+
+    @property
+    def special_ids(self) -> frozenset[int]:
+        return self._special_ids
+
+    def special_id(self, text: str) -> int | None:
+        """The id of a control token spelled `text`, if there is one."""
+        return self._special_by_text.get(text)
+
+    def encode(self, text: str, *, parse_special: bool = False) -> list[int]:
+        if not text:
+            return []
+        tok = self._special if parse_special else self._plain
+        return tok.encode(text, add_special_tokens=False).ids
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        """Plain-text ids of several strings at once (parallel in Rust)."""
+        return [e.ids for e in self._plain.encode_batch(list(texts), add_special_tokens=False)]
+
+    def token_bytes(self, token_id: int) -> bytes:
+        return self._bytes[token_id]
+
+    def decode_bytes(self, ids: Sequence[int]) -> bytes:
+        table = self._bytes
+        return b"".join([table[i] for i in ids])
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.decode_bytes(ids).decode("utf-8", errors="replace")
+
+    def token_str(self, token_id: int) -> str:
+        return self._strs[token_id]
+
+    @cached_property
+    def special_tokens(self) -> dict[str, int]:
+        return dict(sorted(self._special_by_text.items(), key=lambda kv: kv[1]))
+
+    def __repr__(self) -> str:
+        return f"HFTokenizer({self._version!r}, vocab_size={self.vocab_size})"

@@ -1,0 +1,87 @@
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import uvicorn
+
+from tokenwire.config import Settings, default_model_path
+from tokenwire.engines.llamacpp import LlamaCppEngine
+from tokenwire.server.app import create_app
+from tokenwire.tokenizers.gguf import GGUFTokenizerInfo, tokenizer_from_gguf
+from tokenwire.tokenizers.hf import HFTokenizer
+
+TEST_MAX_MODEL_LEN = 4096
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(scope="session")
+def model_path() -> Path:
+    return default_model_path()
+
+
+@pytest.fixture(scope="session")
+def gguf_info(model_path: Path) -> GGUFTokenizerInfo:
+    return tokenizer_from_gguf(model_path)
+
+
+@pytest.fixture(scope="session")
+def tok(gguf_info: GGUFTokenizerInfo) -> HFTokenizer:
+    return gguf_info.tokenizer
+
+
+@pytest.fixture(scope="session")
+def engine(model_path: Path) -> Iterator[LlamaCppEngine]:
+    """The real llama.cpp engine on the real model, shared by the engine tests."""
+    eng = LlamaCppEngine(model_path, model_id="SmolLM2-135M-Instruct",
+                         max_model_len=TEST_MAX_MODEL_LEN, n_parallel=4)
+    asyncio.run(eng.start())
+    yield eng
+    asyncio.run(eng.aclose())
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class LiveServer:
+    url: str
+    settings: Settings
+    app: object
+
+    @property
+    def base_url(self) -> str:
+        return f"{self.url}/v1"
+
+
+@pytest.fixture(scope="session")
+def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    """A real uvicorn server with the real engine and model, in a thread."""
+    settings = Settings(port=_free_port(), max_model_len=TEST_MAX_MODEL_LEN,
+                        tokenizer_store=tmp_path_factory.mktemp("tokenizers"))
+    app = create_app(settings)
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=settings.port,
+                                           log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 120
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("the test server did not start")
+        time.sleep(0.05)
+    yield LiveServer(url=f"http://127.0.0.1:{settings.port}", settings=settings, app=app)
+    server.should_exit = True
+    thread.join(timeout=60)

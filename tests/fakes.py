@@ -1,0 +1,68 @@
+"""A scripted engine for fast HTTP-layer tests (the real engine has tests of its own)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Sequence
+
+from tokenwire.engines.base import EngineEvent, EngineInfo, FinishEvent, SamplingParams, TokenEvent
+from tokenwire.tokenizers.hf import HFTokenizer, canonical_json
+
+
+class FakeEngine:
+    """Samples `script` (then the end-of-generation id), one token per `delay` seconds."""
+
+    def __init__(self, *, vocab_size: int, eog_id: int, script: Sequence[int] = (),
+                 max_model_len: int = 2048, delay: float = 0.0):
+        self._info = EngineInfo(model="fake", max_model_len=max_model_len,
+                                vocab_size=vocab_size, eog_ids=frozenset({eog_id}))
+        self.eog_id = eog_id
+        self.script = list(script)
+        self.delay = delay
+        self.prompts: list[list[int]] = []
+        self.active = 0
+
+    @property
+    def info(self) -> EngineInfo:
+        return self._info
+
+    async def start(self) -> None:
+        pass
+
+    async def aclose(self) -> None:
+        pass
+
+    def generate(self, prompt: Sequence[int], params: SamplingParams,
+                 ) -> AsyncIterator[EngineEvent]:
+        self.prompts.append(list(prompt))
+        return self._run(params)
+
+    async def _run(self, params: SamplingParams) -> AsyncIterator[EngineEvent]:
+        self.active += 1
+        try:
+            for i, t in enumerate(self.script):
+                if i >= params.max_tokens:
+                    yield FinishEvent("length")
+                    return
+                await asyncio.sleep(self.delay)
+                top = tuple((t + k, -0.5 - k) for k in range(params.logprobs or 0))
+                yield TokenEvent(t, -0.5 if params.logprobs is not None else None, top)
+            yield FinishEvent("stop", stop_token=TokenEvent(self.eog_id))
+        finally:
+            self.active -= 1
+
+
+def other_tokenizer() -> HFTokenizer:
+    """A real, different tokenizer family: a byte-level BPE trained here on a small corpus."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    raw = Tokenizer(models.BPE())
+    raw.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    raw.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=400, show_progress=False, special_tokens=["<s>", "</s>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    corpus = ["The quick brown fox jumps over the lazy dog.", "Bonjour à tous, ça va?",
+              "Token ids are integers; text is portable."] * 20
+    raw.train_from_iterator(corpus, trainer)
+    return HFTokenizer(canonical_json(json.loads(raw.to_str())), family="tiny-bpe-400")
