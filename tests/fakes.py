@@ -60,7 +60,8 @@ def other_tokenizer() -> HFTokenizer:
     raw = Tokenizer(models.BPE())
     raw.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     raw.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=400, show_progress=False, special_tokens=["<s>", "</s>"],
+    trainer = trainers.BpeTrainer(vocab_size=400, show_progress=False,
+                                  special_tokens=["<s>", "</s>"],
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     corpus = ["The quick brown fox jumps over the lazy dog.", "Bonjour à tous, ça va?",
               "Token ids are integers; text is portable."] * 20

@@ -200,5 +200,6 @@ def error_from_body(status_code: int, body: Any) -> TokenwireError:
     cls = _BY_CODE.get(code) if isinstance(code, str) else None
     if cls is None:
         cls = _BY_STATUS.get(status_code, TokenwireError)
-    exc = cls(str(err.get("message", "")), param=err.get("param"), code=code)
+    exc = cls(str(err.get("message", "")), param=err.get("param"))
+    exc.code = code if isinstance(code, str) else None  # as sent, even when absent
     return exc

@@ -8,9 +8,9 @@ import pytest
 
 from tests.fakes import FakeEngine
 from tokenwire.config import Settings
+from tokenwire.server.app import create_app
 from tokenwire.serving.models import ModelRegistry, ServedModel
 from tokenwire.serving.template import ChatTemplate
-from tokenwire.server.app import create_app
 from tokenwire.tokenizers.gguf import GGUFTokenizerInfo
 from tokenwire.tokenizers.registry import TokenizerRegistry
 

@@ -123,7 +123,8 @@ async def test_stream_matches_non_stream(client: httpx.AsyncClient, tok: HFToken
     whole = (await post(client, {k: v for k, v in payload.items()
                                  if k != "stream_options"})).json()
     chunks = await sse(client, payload)
-    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": "",
+                                                "token_ids": []}
     assert chunks[0]["prompt_token_ids"] == whole["prompt_token_ids"]
     assert all(c["object"] == "chat.completion.chunk" for c in chunks)
     assert all(c["tokenizer_version"] == tok.version for c in chunks)
@@ -138,7 +139,7 @@ async def test_stream_matches_non_stream(client: httpx.AsyncClient, tok: HFToken
     assert ids == whole["choices"][0]["message"]["token_ids"]
     assert text == tok.decode(ids) == whole["choices"][0]["message"]["content"]
     assert chunks[-2]["choices"][0]["finish_reason"] == "stop"
-    assert chunks[-2]["choices"][0]["delta"] == {}
+    assert chunks[-2]["choices"][0]["delta"] == {"token_ids": []}
     assert chunks[-1]["choices"] == []
     assert chunks[-1]["usage"] == whole["usage"]
     # a character split across ids: its first ids arrive with content ""

@@ -1,0 +1,28 @@
+"""Engines: prompt ids in, sampled ids out. A name -> factory registry picks one."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from .base import Engine, EngineEvent, EngineInfo, FinishEvent, SamplingParams, TokenEvent
+
+__all__ = [
+    "ENGINES",
+    "Engine",
+    "EngineEvent",
+    "EngineInfo",
+    "FinishEvent",
+    "SamplingParams",
+    "TokenEvent",
+]
+
+
+def _llamacpp(**kwargs: Any) -> Engine:
+    from .llamacpp import LlamaCppEngine
+
+    return LlamaCppEngine(**kwargs)
+
+
+#: engine name -> factory (imports stay lazy: an engine's library loads only when it is used)
+ENGINES: dict[str, Callable[..., Engine]] = {"llamacpp": _llamacpp}

@@ -100,7 +100,8 @@ class LlamaModel:
         ptr = L.llama_get_logits_ith(self.ctx, index)
         logits = np.ctypeslib.as_array(ptr, shape=(self.n_vocab,)).astype(np.float64)
         m = logits.max()
-        return logits - (m + np.log(np.exp(logits - m).sum()))
+        out: np.ndarray = logits - (m + np.log(np.exp(logits - m).sum()))
+        return out
 
     def close(self) -> None:
         if self.ctx:

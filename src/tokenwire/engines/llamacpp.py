@@ -147,7 +147,13 @@ class LlamaCppEngine:
         return self._llama
 
     @property
-    def queue_depth(self) -> int:
+    def n_active(self) -> int:
+        """Sequences holding a slot now."""
+        return len(self._active)
+
+    @property
+    def n_waiting(self) -> int:
+        """Sequences waiting for a slot."""
         return len(self._waiting)
 
     # -- the async side --------------------------------------------------------------------

@@ -43,8 +43,7 @@ def create_app(settings: Settings | None = None, *, models: ModelRegistry | None
             for m in models.all():
                 await m.engine.aclose()
 
-    app = Starlette(routes=routes, exception_handlers=exception_handlers,  # type: ignore[arg-type]
-                    lifespan=lifespan)
+    app = Starlette(routes=routes, exception_handlers=exception_handlers, lifespan=lifespan)
     app.state.settings = settings
     app.state.models = models
     app.state.tokenizers = tokenizers

@@ -11,8 +11,10 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..config import Settings
+from ..engines.base import TokenEvent
 from ..errors import InvalidRequestError, UnsupportedParameterError
 from ..protocol.chat import (
     ChatChoice,
@@ -58,9 +60,9 @@ class _Plan:
             return self.space.client.tokenizer.encode(text)
         return ids
 
-    def envelope(self) -> dict[str, object]:
+    def envelope(self) -> dict[str, Any]:
         """The token-native fields every response (or chunk) of this request carries."""
-        env: dict[str, object] = {"id": self.id, "created": self.created, "model": self.model.id}
+        env: dict[str, Any] = {"id": self.id, "created": self.created, "model": self.model.id}
         if self.wants_ids:
             env["tokenizer_version"] = self.space.client.version
             env["token_ids_source"] = self.space.source
@@ -209,13 +211,13 @@ class ChatService:
                 ),
                 logprobs=ChoiceLogprobs(content=chat_logprobs(tok, a.events))
                 if req.logprobs else None,
-                finish_reason=a.finish_reason,  # type: ignore[arg-type]
+                finish_reason=a.finish_reason,
                 token_ids=ids if req.return_token_ids else None,
                 stop_reason=a.stop_reason if plan.wants_ids else None,
             ))
         completion = sum(a.n_sampled for a in acc)
         return ChatCompletion(
-            **plan.envelope(),  # type: ignore[arg-type]
+            **plan.envelope(),
             choices=choices,
             usage=Usage(prompt_tokens=len(plan.prompt), completion_tokens=completion,
                         total_tokens=len(plan.prompt) + completion),
@@ -233,13 +235,15 @@ class ChatService:
         req = plan.req
         env = plan.envelope()
         only = req.response_format_tokens == "only"
+        # with token output on, every delta carries token_ids (maybe []): uniform to parse
+        no_ids: list[int] | None = [] if req.response_format_tokens else None
         tok = plan.model.tokenizer
         first = True
         for i in range(req.n):
             yield ChatCompletionChunk(
-                **env,  # type: ignore[arg-type]
+                **env,
                 choices=[ChatChunkChoice(index=i, delta=ChatDelta(
-                    role="assistant", content=None if only else ""))],
+                    role="assistant", content=None if only else "", token_ids=no_ids))],
                 prompt_token_ids=plan.prompt if first and req.return_token_ids
                 and not plan.space.translate else None,
             )
@@ -249,7 +253,7 @@ class ChatService:
             async for u in updates:
                 if u.delta:
                     ids = plan.out_ids(u.delta.ids, u.delta.text)
-                    yield ChatCompletionChunk(**env, choices=[ChatChunkChoice(  # type: ignore[arg-type]
+                    yield ChatCompletionChunk(**env, choices=[ChatChunkChoice(
                         index=u.index,
                         delta=ChatDelta(
                             content=None if only else u.delta.text,
@@ -261,9 +265,9 @@ class ChatService:
                     )])
                 if u.finish_reason is not None:
                     completion += u.n_sampled
-                    yield ChatCompletionChunk(**env, choices=[ChatChunkChoice(  # type: ignore[arg-type]
-                        index=u.index, delta=ChatDelta(),
-                        finish_reason=u.finish_reason,  # type: ignore[arg-type]
+                    yield ChatCompletionChunk(**env, choices=[ChatChunkChoice(
+                        index=u.index, delta=ChatDelta(token_ids=no_ids),
+                        finish_reason=u.finish_reason,
                         stop_reason=u.stop_reason if plan.wants_ids else None,
                     )])
         finally:
@@ -272,7 +276,7 @@ class ChatService:
                 await aclose()
         if req.stream_options is not None and req.stream_options.include_usage:
             yield ChatCompletionChunk(
-                **env,  # type: ignore[arg-type]
+                **env,
                 choices=[],
                 usage=Usage(prompt_tokens=len(plan.prompt), completion_tokens=completion,
                             total_tokens=len(plan.prompt) + completion),
@@ -283,7 +287,7 @@ class ChatService:
 class _Choice:
     ids: list[int] = field(default_factory=list)
     text: list[str] = field(default_factory=list)
-    events: list = field(default_factory=list)  # type: ignore[type-arg]
+    events: list[TokenEvent] = field(default_factory=list)
     finish_reason: str | None = None
     stop_reason: int | str | None = None
     n_sampled: int = 0

@@ -85,12 +85,13 @@ class OutputDecoder:
     # -- internals ---------------------------------------------------------------------------
 
     def _first_match(self, data: bytes) -> tuple[int, bytes] | None:
-        best: tuple[int, bytes] | None = None
+        """The stop string that completes first (as if the text arrived byte by byte)."""
+        best: tuple[int, int, bytes] | None = None
         for s in self._stops:
             i = data.find(s)
-            if i >= 0 and (best is None or i < best[0]):
-                best = (i, s)
-        return best
+            if i >= 0 and (best is None or (i + len(s), i) < best[:2]):
+                best = (i + len(s), i, s)
+        return (best[1], best[2]) if best is not None else None
 
     def _partial_start(self, data: bytes) -> int:
         """Earliest offset from which the tail of `data` could still grow into a stop string."""

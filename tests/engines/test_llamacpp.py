@@ -1,0 +1,162 @@
+"""The embedded llama.cpp engine, on the real model."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import Sequence
+
+import pytest
+
+from tokenwire.engines.base import Engine, FinishEvent, SamplingParams, TokenEvent
+from tokenwire.engines.llamacpp import LlamaCppEngine
+from tokenwire.errors import ServiceUnavailableError
+from tokenwire.serving.template import ChatTemplate, TemplateMessage
+from tokenwire.tokenizers.gguf import GGUFTokenizerInfo
+
+pytestmark = [pytest.mark.anyio, pytest.mark.engine]
+
+
+@pytest.fixture(scope="module")
+def prompt_of(gguf_info: GGUFTokenizerInfo):  # type: ignore[no-untyped-def]
+    tok = gguf_info.tokenizer
+    assert gguf_info.chat_template
+    tmpl = ChatTemplate(gguf_info.chat_template, tok, bos_id=gguf_info.bos_id,
+                        eos_id=gguf_info.eos_id, add_bos=gguf_info.add_bos)
+
+    def prompt(question: str) -> list[int]:
+        return tmpl.render([TemplateMessage("user", tok.encode(question))])
+
+    return prompt
+
+
+async def run(engine: LlamaCppEngine, prompt: Sequence[int], **kw: object,
+              ) -> tuple[list[TokenEvent], FinishEvent]:
+    params = SamplingParams(**{"max_tokens": 40, "temperature": 0.0, **kw})  # type: ignore[arg-type]
+    events = [ev async for ev in engine.generate(prompt, params)]
+    *tokens, finish = events
+    assert isinstance(finish, FinishEvent)
+    assert all(isinstance(t, TokenEvent) for t in tokens)
+    return tokens, finish  # type: ignore[return-value]
+
+
+def ids(tokens: list[TokenEvent]) -> list[int]:
+    return [t.token_id for t in tokens]
+
+
+async def test_implements_the_protocol(engine: LlamaCppEngine) -> None:
+    assert isinstance(engine, Engine)
+    assert engine.info.vocab_size == 49152
+    assert engine.info.max_model_len == 4096
+    assert 2 in engine.info.eog_ids  # <|im_end|>
+
+
+async def test_greedy_is_deterministic_and_batch_invariant(engine: LlamaCppEngine,
+                                                           prompt_of) -> None:  # type: ignore[no-untyped-def]
+    p = prompt_of("Tell me a story about a lighthouse.")
+    alone, _ = await run(engine, p, max_tokens=30)
+    again, _ = await run(engine, p, max_tokens=30)
+    assert ids(alone) == ids(again)
+    together = await asyncio.gather(
+        run(engine, p, max_tokens=30), run(engine, p, max_tokens=30),
+        run(engine, prompt_of("Something else entirely: cats."), max_tokens=30),
+    )
+    assert ids(together[0][0]) == ids(together[1][0]) == ids(alone)
+
+
+async def test_seeded_sampling_is_reproducible(engine: LlamaCppEngine, prompt_of) -> None:  # type: ignore[no-untyped-def]
+    p = prompt_of("Write a poem.")
+    a, _ = await run(engine, p, temperature=1.0, seed=11)
+    b, _ = await run(engine, p, temperature=1.0, seed=11)
+    c, _ = await run(engine, p, temperature=1.0, seed=12)
+    assert ids(a) == ids(b)
+    assert ids(a) != ids(c)
+
+
+async def test_max_tokens_and_end_of_generation(engine: LlamaCppEngine, prompt_of) -> None:  # type: ignore[no-untyped-def]
+    tokens, finish = await run(engine, prompt_of("Tell me a long story."), max_tokens=7)
+    assert len(tokens) == 7 and finish.reason == "length" and finish.stop_token is None
+    tokens, finish = await run(engine, prompt_of("Say only yes."), max_tokens=40)
+    assert finish.reason == "stop"
+    assert finish.stop_token is not None
+    assert finish.stop_token.token_id in engine.info.eog_ids
+    assert not set(ids(tokens)) & engine.info.eog_ids
+
+
+async def test_logprobs(engine: LlamaCppEngine, prompt_of) -> None:  # type: ignore[no-untyped-def]
+    tokens, _ = await run(engine, prompt_of("Name a color."), max_tokens=8, logprobs=5)
+    for t in tokens:
+        assert t.logprob is not None and t.logprob <= 0
+        assert len(t.top_logprobs) == 5
+        lps = [lp for _, lp in t.top_logprobs]
+        assert lps == sorted(lps, reverse=True)
+        assert sum(math.exp(lp) for lp in lps) <= 1.0 + 1e-6
+        # greedy: the chosen token is the most likely one
+        assert t.top_logprobs[0][0] == t.token_id
+        assert t.top_logprobs[0][1] == pytest.approx(t.logprob)
+    plain, _ = await run(engine, prompt_of("Name a color."), max_tokens=8)
+    assert plain[0].logprob is None and plain[0].top_logprobs == ()
+    assert ids(plain) == ids(tokens)
+
+
+async def test_frequency_penalty_reaches_the_sampler(engine: LlamaCppEngine, prompt_of) -> None:  # type: ignore[no-untyped-def]
+    p = prompt_of("Reply with a single emoji.")
+    plain, _ = await run(engine, p, max_tokens=30)
+    penalised, _ = await run(engine, p, max_tokens=30, frequency_penalty=2.0)
+
+    def repeats(ts: list[TokenEvent]) -> int:
+        return len(ts) - len(set(ids(ts)))
+
+    assert repeats(penalised) < repeats(plain)
+
+
+async def test_more_requests_than_slots_wait_their_turn(engine: LlamaCppEngine,
+                                                        prompt_of) -> None:  # type: ignore[no-untyped-def]
+    p = prompt_of("Count to twenty.")
+    results = await asyncio.gather(*(run(engine, p, max_tokens=12) for _ in range(7)))
+    assert all(len(tokens) == 12 for tokens, _ in results)
+    assert len({tuple(ids(t)) for t, _ in results}) == 1
+
+
+async def test_closing_the_stream_frees_the_slot(engine: LlamaCppEngine, prompt_of) -> None:  # type: ignore[no-untyped-def]
+    stream = engine.generate(prompt_of("Tell me a very long story."),
+                             SamplingParams(max_tokens=2000, temperature=0.0))
+    got = 0
+    async for _ in stream:
+        got += 1
+        if got == 3:
+            break
+    await stream.aclose()  # type: ignore[attr-defined]
+    deadline = time.monotonic() + 10
+    while engine.n_active and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+    assert engine.n_active == 0
+    tokens, _ = await run(engine, prompt_of("Say only yes."), max_tokens=5)
+    assert tokens
+
+
+async def test_the_event_loop_stays_free(engine: LlamaCppEngine, prompt_of) -> None:  # type: ignore[no-untyped-def]
+    """Model compute runs in the engine thread: the loop keeps ticking during a long prefill."""
+    long_prompt = prompt_of("word " * 700)
+    gaps: list[float] = []
+
+    async def ticker() -> None:
+        last = time.monotonic()
+        while True:
+            await asyncio.sleep(0.005)
+            now = time.monotonic()
+            gaps.append(now - last)
+            last = now
+
+    tick = asyncio.create_task(ticker())
+    await run(engine, long_prompt, max_tokens=5)
+    tick.cancel()
+    assert len(gaps) > 10
+    assert max(gaps) < 1.0  # generous: a blocked loop would stall for the whole prefill
+
+
+async def test_a_stopped_engine_refuses(model_path) -> None:  # type: ignore[no-untyped-def]
+    eng = LlamaCppEngine(model_path, model_id="m", max_model_len=256, n_parallel=1)
+    with pytest.raises(ServiceUnavailableError):
+        eng.generate([1, 2, 3], SamplingParams(max_tokens=1))

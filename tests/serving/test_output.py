@@ -1,0 +1,87 @@
+"""Stop strings and UTF-8 hold-back: the stream invariants, as properties over real ids."""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tokenwire.engines.base import TokenEvent
+from tokenwire.serving.output import Delta, OutputDecoder
+from tokenwire.tokenizers.hf import HFTokenizer
+
+TEXTS = st.text(alphabet=st.sampled_from(list("ab ,.\n") + list("éà日本🎉👍ç")), max_size=40)
+STOPS = st.lists(st.text(alphabet=st.sampled_from(list("ab ,.\n") + ["é", "🎉", "日"]),
+                         min_size=1, max_size=4), max_size=3)
+
+
+def run(dec: OutputDecoder, ids: list[int]) -> list[Delta]:
+    out = []
+    for t in ids:
+        out.append(dec.push(TokenEvent(t)))
+        if dec.stop_string is not None:
+            break
+    out.append(dec.finish())
+    return out
+
+
+def joined(deltas: list[Delta]) -> tuple[list[int], str]:
+    return [i for d in deltas for i in d.ids], "".join(d.text for d in deltas)
+
+
+SETTINGS = settings(max_examples=300, deadline=None,
+                    suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+@SETTINGS
+@given(text=TEXTS, stops=STOPS)
+def test_aligned_text_is_the_text_of_the_ids(tok: HFTokenizer, text: str,
+                                             stops: list[str]) -> None:
+    ids = tok.encode(text)
+    dec = OutputDecoder(tok, stops, token_aligned=True)
+    out_ids, out_text = joined(run(dec, ids))
+    assert out_text == tok.decode(out_ids)
+    assert ids[:len(out_ids)] == out_ids
+    if dec.stop_string is None:
+        assert out_ids == ids
+        assert not any(s in text for s in stops)
+    else:
+        assert dec.stop_string in text
+        assert not any(s in out_text for s in stops)
+
+
+@SETTINGS
+@given(text=TEXTS, stops=STOPS)
+def test_plain_text_ends_exactly_before_the_stop(tok: HFTokenizer, text: str,
+                                                 stops: list[str]) -> None:
+    dec = OutputDecoder(tok, stops, token_aligned=False)
+    _, out_text = joined(run(dec, tok.encode(text)))
+    # OpenAI's rule: output ends before the stop string that completes first
+    found = [(text.find(s) + len(s), text.find(s)) for s in stops if s in text]
+    cut = min(found)[1] if found else len(text)
+    assert out_text == text[:cut]
+
+
+@SETTINGS
+@given(ids=st.lists(st.integers(min_value=0, max_value=49151), max_size=30))
+def test_arbitrary_ids_decode_like_one_shot(tok: HFTokenizer, ids: list[int]) -> None:
+    """Even ids that are not valid UTF-8 together: the deltas decode as the whole does."""
+    out_ids, out_text = joined(run(OutputDecoder(tok), ids))
+    assert out_ids == ids
+    assert out_text == tok.decode(ids)
+
+
+def test_partial_character_is_held_back(tok: HFTokenizer) -> None:
+    ids = tok.encode(" 🎉")
+    assert len(ids) == 3  # " \xf0\x9f", "\x8e", "\x89"
+    dec = OutputDecoder(tok)
+    deltas = [dec.push(TokenEvent(t)) for t in ids]
+    assert [d.text for d in deltas] == [" ", "", "🎉"]
+    assert [d.ids for d in deltas] == [[i] for i in ids]
+
+
+def test_text_after_the_stop_is_never_released(tok: HFTokenizer) -> None:
+    dec = OutputDecoder(tok, ["\n\n"])
+    deltas = run(dec, tok.encode("one\n\ntwo"))
+    assert joined(deltas)[1] == "one"
+    assert dec.stop_string == "\n\n"
+    assert dec.push(TokenEvent(5)) == Delta()

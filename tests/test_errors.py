@@ -1,0 +1,25 @@
+from __future__ import annotations
+
+import pytest
+
+from tokenwire import errors
+
+
+@pytest.mark.parametrize("cls", [c for c in vars(errors).values() if isinstance(c, type)
+                                 and issubclass(c, errors.TokenwireError)])
+def test_errors_round_trip_through_the_wire(cls: type[errors.TokenwireError]) -> None:
+    exc = cls("boom", param="messages[0].content")
+    again = errors.error_from_body(exc.status_code, exc.to_body())
+    assert type(again) is (cls if cls.default_code else type(again))
+    assert (again.message, again.param, again.code) == ("boom", "messages[0].content", exc.code)
+    assert again.status_code == exc.status_code
+
+
+def test_every_code_of_api_md_exists() -> None:
+    codes = {c.default_code for c in vars(errors).values()
+             if isinstance(c, type) and issubclass(c, errors.TokenwireError)}
+    for code in ["invalid_token_id", "tokenizer_version_required", "unknown_tokenizer_version",
+                 "tokenizer_version_mismatch", "special_token_not_allowed",
+                 "non_canonical_tokens", "context_length_exceeded", "content_policy_violation",
+                 "model_not_found", "invalid_api_key", "request_too_large"]:
+        assert code in codes
