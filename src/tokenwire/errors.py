@@ -20,6 +20,7 @@ same classes from an error body (`error_from_body`).
     ├── NotFoundError (404)
     │   ├── ModelNotFoundError               model_not_found
     │   └── TokenizerNotFoundError           tokenizer_not_found
+    ├── MethodNotAllowedError (405)          method_not_allowed
     ├── RequestTooLargeError (413)           request_too_large
     ├── RateLimitError (429)                 queue_full
     ├── EngineError (500)                    engine_error
@@ -37,6 +38,7 @@ __all__ = [
     "EngineError",
     "InvalidRequestError",
     "InvalidTokenIdError",
+    "MethodNotAllowedError",
     "ModelNotFoundError",
     "NonCanonicalTokensError",
     "NotFoundError",
@@ -144,6 +146,12 @@ class TokenizerNotFoundError(NotFoundError):
     default_code = "tokenizer_not_found"
 
 
+class MethodNotAllowedError(TokenwireError):
+    status_code = 405
+    error_type = "invalid_request_error"
+    default_code = "method_not_allowed"
+
+
 class RequestTooLargeError(TokenwireError):
     status_code = 413
     error_type = "invalid_request_error"
@@ -180,10 +188,12 @@ def _leaf_classes(cls: type[TokenwireError]) -> list[type[TokenwireError]]:
 _BY_CODE: dict[str, type[TokenwireError]] = {
     c.default_code: c for c in _leaf_classes(TokenwireError) if c.default_code is not None
 }
+#: the class of each status, for bodies whose code is not one of ours
 _BY_STATUS: dict[int, type[TokenwireError]] = {
     400: InvalidRequestError,
     401: AuthenticationError,
     404: NotFoundError,
+    405: MethodNotAllowedError,
     413: RequestTooLargeError,
     429: RateLimitError,
     500: EngineError,

@@ -198,8 +198,10 @@ class LlamaCppEngine:
                         break
                     for seq in [s for s in self._active if s.cancelled]:
                         self._release(seq, free_slots)
-                    while self._waiting and self._waiting[0].cancelled:
-                        self._waiting.popleft().done = True
+                    if any(s.cancelled for s in self._waiting):
+                        for s in self._waiting:
+                            s.done = s.done or s.cancelled
+                        self._waiting = deque(s for s in self._waiting if not s.cancelled)
                     while self._waiting and free_slots:
                         self._admit(self._waiting.popleft(), free_slots.pop(0))
                 if not self._active:

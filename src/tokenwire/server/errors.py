@@ -8,7 +8,13 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ..errors import EngineError, InvalidRequestError, NotFoundError, TokenwireError
+from ..errors import (
+    EngineError,
+    InvalidRequestError,
+    MethodNotAllowedError,
+    NotFoundError,
+    TokenwireError,
+)
 
 __all__ = ["exception_handlers"]
 
@@ -25,16 +31,16 @@ async def _tokenwire(request: Request, exc: Exception) -> Response:
 
 
 async def _http(request: Request, exc: Exception) -> Response:
+    """Starlette's own errors (routing): 404 and 405."""
     assert isinstance(exc, HTTPException)
-    if exc.status_code == 404:
-        err: TokenwireError = NotFoundError(f"no route {request.method} {request.url.path}")
-    elif exc.status_code == 405:
-        err = InvalidRequestError(f"method {request.method} is not allowed on "
-                                  f"{request.url.path}", code="method_not_allowed")
-        err.status_code = 405  # type: ignore[misc]
+    where = f"{request.method} {request.url.path}"
+    err: TokenwireError
+    if exc.status_code == 405:
+        err = MethodNotAllowedError(f"method not allowed: {where}")
+    elif exc.status_code == 404:
+        err = NotFoundError(f"no route {where}")
     else:
         err = InvalidRequestError(str(exc.detail))
-        err.status_code = exc.status_code  # type: ignore[misc]
     return _render(err)
 
 

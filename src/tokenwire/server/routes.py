@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TypeVar
 
 from pydantic import BaseModel
@@ -62,13 +62,16 @@ async def get_model(request: Request) -> Response:
     return ModelResponse(_card(models.get(request.path_params["model"], param="model")))
 
 
-async def _respond(request: Request, stream: bool, make_stream, make_whole) -> Response:  # type: ignore[no-untyped-def]
+async def _respond(request: Request, stream: bool,
+                   make_stream: Callable[[], Awaitable[AsyncIterator[BaseModel]]],
+                   make_whole: Callable[[], Awaitable[BaseModel]]) -> Response:
+    """SSE for a stream (errors before the first chunk are still plain HTTP errors), else JSON."""
     if stream:
         chunks = await make_stream()
         return StreamingResponse(sse_frames(chunks), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache"})
     try:
-        result: BaseModel = await _unless_disconnected(request, make_whole())
+        result = await _unless_disconnected(request, make_whole())
     except _ClientGone:
         return Response(status_code=499)
     return ModelResponse(result)

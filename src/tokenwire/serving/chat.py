@@ -7,9 +7,10 @@ then returns the iterator of chunks, so every error it can raise happens before 
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -173,7 +174,7 @@ class ChatService:
         )
         return _Plan(req=req, model=model, space=space, prompt=prompt)
 
-    async def _start(self, plan: _Plan) -> AsyncIterator[ChoiceUpdate]:
+    async def _start(self, plan: _Plan) -> AsyncGenerator[ChoiceUpdate, None]:
         req = plan.req
         requested = req.max_completion_tokens or req.max_tokens
         budget = completion_budget(
@@ -196,8 +197,9 @@ class ChatService:
         plan = self.plan(req)
         updates = await self._start(plan)
         acc = [_Choice() for _ in range(req.n)]
-        async for u in updates:
-            acc[u.index].add(u)
+        async with contextlib.aclosing(updates):
+            async for u in updates:
+                acc[u.index].add(u)
         tok = plan.model.tokenizer
         choices = []
         for i, a in enumerate(acc):

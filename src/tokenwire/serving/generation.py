@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass
 
 from ..engines.base import Engine, EngineEvent, FinishEvent, SamplingParams, TokenEvent
@@ -61,7 +61,7 @@ async def _pump(index: int, stream: AsyncIterator[EngineEvent], decoder: OutputD
 
 async def run_choices(engine: Engine, prompt: Sequence[int], params: Sequence[SamplingParams],
                       tokenizer: HFTokenizer, stop: Sequence[str], *,
-                      token_aligned: bool) -> AsyncIterator[ChoiceUpdate]:
+                      token_aligned: bool) -> AsyncGenerator[ChoiceUpdate, None]:
     streams: list[AsyncIterator[EngineEvent]] = []
     try:
         for p in params:
@@ -77,7 +77,7 @@ async def run_choices(engine: Engine, prompt: Sequence[int], params: Sequence[Sa
 
 
 async def _merge(streams: list[AsyncIterator[EngineEvent]],
-                 decoders: list[OutputDecoder]) -> AsyncIterator[ChoiceUpdate]:
+                 decoders: list[OutputDecoder]) -> AsyncGenerator[ChoiceUpdate, None]:
     queue: asyncio.Queue[ChoiceUpdate | BaseException] = asyncio.Queue()
     tasks = [
         asyncio.create_task(_pump(i, s, d, queue))
