@@ -4,18 +4,23 @@ import asyncio
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import pytest
 import uvicorn
 
+from tests.fakes import MODEL, FakeEngine
 from tokenwire.config import Settings, default_model_path
 from tokenwire.engines.llamacpp import LlamaCppEngine
 from tokenwire.server.app import create_app
+from tokenwire.serving.models import ModelRegistry, ServedModel
+from tokenwire.serving.template import ChatTemplate
 from tokenwire.tokenizers.gguf import GGUFTokenizerInfo, tokenizer_from_gguf
 from tokenwire.tokenizers.hf import HFTokenizer
+from tokenwire.tokenizers.registry import TokenizerRegistry
 
 TEST_MAX_MODEL_LEN = 4096
 
@@ -70,8 +75,8 @@ class LiveServer:
 @pytest.fixture(scope="session")
 def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     """A real uvicorn server with the real engine and model, in a thread."""
-    settings = Settings(port=_free_port(), max_model_len=TEST_MAX_MODEL_LEN,
-                        tokenizer_store=tmp_path_factory.mktemp("tokenizers"))
+    # the defaults a user gets from `make serve`, bar the port and the store
+    settings = Settings(port=_free_port(), tokenizer_store=tmp_path_factory.mktemp("tokenizers"))
     app = create_app(settings)
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=settings.port,
                                            log_level="warning", lifespan="on"))
@@ -85,3 +90,42 @@ def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer
     yield LiveServer(url=f"http://127.0.0.1:{settings.port}", settings=settings, app=app)
     server.should_exit = True
     thread.join(timeout=60)
+
+
+# -- the in-process app on a scripted engine (fast HTTP-layer tests) ---------------------
+
+
+@pytest.fixture
+def fake_engine(gguf_info: GGUFTokenizerInfo) -> FakeEngine:
+    tok = gguf_info.tokenizer
+    # "Bonjour à tous 🎉" then end-of-turn: multi-byte characters split across ids
+    return FakeEngine(vocab_size=tok.vocab_size, eog_id=gguf_info.eos_id or 2,
+                      script=tok.encode("Bonjour à tous 🎉 ça va?"))
+
+
+@pytest.fixture
+def registry(tmp_path: Path) -> TokenizerRegistry:
+    return TokenizerRegistry(tmp_path / "store")
+
+
+@pytest.fixture
+def app(gguf_info: GGUFTokenizerInfo, fake_engine: FakeEngine, registry: TokenizerRegistry,
+        tmp_path: Path):  # type: ignore[no-untyped-def]
+    tok = gguf_info.tokenizer
+    entry = registry.register(tok, aliases=[tok.family], chat_template=gguf_info.chat_template)
+    assert gguf_info.chat_template is not None
+    template = ChatTemplate(gguf_info.chat_template, tok, bos_id=gguf_info.bos_id,
+                            eos_id=gguf_info.eos_id, add_bos=gguf_info.add_bos)
+    models = ModelRegistry()
+    models.add(ServedModel(id=MODEL, engine=fake_engine, tokenizer_entry=entry,
+                           template=template))
+    settings = Settings(tokenizer_store=tmp_path / "store")
+    return create_app(settings, models=models, tokenizers=registry)
+
+
+@pytest.fixture
+async def client(app) -> AsyncIterator[httpx.AsyncClient]:  # type: ignore[no-untyped-def]
+    transport = httpx.ASGITransport(app=app)
+    async with app.router.lifespan_context(app):
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as c:
+            yield c

@@ -6,8 +6,18 @@ import asyncio
 import json
 from collections.abc import AsyncIterator, Sequence
 
-from tokenwire.engines.base import EngineEvent, EngineInfo, FinishEvent, SamplingParams, TokenEvent
+from tokenwire.engines.base import (
+    EngineEvent,
+    EngineInfo,
+    FinishEvent,
+    PromptLogprobsEvent,
+    SamplingParams,
+    TokenEvent,
+)
 from tokenwire.tokenizers.hf import HFTokenizer, canonical_json
+
+MODEL = "fake-smollm2"
+"""The id the in-process app serves its scripted engine under."""
 
 
 class FakeEngine:
@@ -36,11 +46,17 @@ class FakeEngine:
     def generate(self, prompt: Sequence[int], params: SamplingParams,
                  ) -> AsyncIterator[EngineEvent]:
         self.prompts.append(list(prompt))
-        return self._run(params)
+        return self._run(list(prompt), params)
 
-    async def _run(self, params: SamplingParams) -> AsyncIterator[EngineEvent]:
+    async def _run(self, prompt: list[int], params: SamplingParams,
+                   ) -> AsyncIterator[EngineEvent]:
         self.active += 1
         try:
+            if params.prompt_logprobs is not None:
+                k = params.prompt_logprobs
+                yield PromptLogprobsEvent(tuple(
+                    TokenEvent(t, -1.0, tuple((t + j, -1.0 - j) for j in range(k)))
+                    for t in prompt[1:]))
             for i, t in enumerate(self.script):
                 if i >= params.max_tokens:
                     yield FinishEvent("length")

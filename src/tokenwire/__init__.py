@@ -7,9 +7,12 @@ content-addressed tokenizer version. `tokenwire serve` runs the server; the wire
 
 from __future__ import annotations
 
+from .client import AsyncClient, Client
 from .config import Settings
 from .errors import (
+    APIConnectionError,
     AuthenticationError,
+    ClientError,
     ContentPolicyViolationError,
     ContextLengthExceededError,
     EngineError,
@@ -23,6 +26,7 @@ from .errors import (
     RequestTooLargeError,
     ServiceUnavailableError,
     SpecialTokenNotAllowedError,
+    TokenizerIntegrityError,
     TokenizerNotFoundError,
     TokenizerVersionMismatchError,
     TokenizerVersionRequiredError,
@@ -34,7 +38,11 @@ from .errors import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "APIConnectionError",
+    "AsyncClient",
     "AuthenticationError",
+    "Client",
+    "ClientError",
     "ContentPolicyViolationError",
     "ContextLengthExceededError",
     "EngineError",
@@ -49,6 +57,7 @@ __all__ = [
     "ServiceUnavailableError",
     "Settings",
     "SpecialTokenNotAllowedError",
+    "TokenizerIntegrityError",
     "TokenizerNotFoundError",
     "TokenizerVersionMismatchError",
     "TokenizerVersionRequiredError",

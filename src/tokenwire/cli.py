@@ -3,9 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
+import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .client import Client
+    from .tokenizers.hf import HFTokenizer
 
 __all__ = ["main"]
 
@@ -29,6 +36,89 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _client(args: argparse.Namespace) -> Client:
+    from .client import Client
+
+    return Client(args.server, api_key=args.api_key)
+
+
+def _model(client: Client, args: argparse.Namespace) -> str:
+    return str(args.model or client.models()[0].id)
+
+
+def _local(path: Path) -> HFTokenizer:
+    """A local tokenizer.json; its version reads `local@sha256:...` (its family is unknown)."""
+    from .tokenizers.hf import HFTokenizer
+
+    return HFTokenizer(path.read_bytes(), family="local")
+
+
+def _tokenize(args: argparse.Namespace) -> int:
+    text = sys.stdin.read() if args.text == "-" else args.text
+    if args.artifact:
+        tok = _local(args.artifact)
+        ids = tok.encode(text)
+        out: dict[str, object] = {"tokens": ids, "count": len(ids),
+                                  "tokenizer_version": tok.version}
+        if args.strs:
+            out["token_strs"] = [tok.token_str(i) for i in ids]
+    else:
+        with _client(args) as client:
+            model = None if args.tokenizer_version else _model(client, args)
+            r = client.tokenize(text, model=model, tokenizer_version=args.tokenizer_version,
+                                return_token_strs=args.strs)
+            out = r.model_dump(exclude_none=True)
+    print(json.dumps(out, ensure_ascii=False))
+    return 0
+
+
+def _parse_ids(values: Sequence[str]) -> list[int]:
+    joined = " ".join(values).strip()
+    if joined.startswith("["):
+        return [int(x) for x in json.loads(joined)]
+    return [int(x) for x in joined.replace(",", " ").split()]
+
+
+def _detokenize(args: argparse.Namespace) -> int:
+    ids = _parse_ids(args.ids if args.ids != ["-"] else [sys.stdin.read()])
+    if args.artifact:
+        print(_local(args.artifact).decode(ids))
+        return 0
+    with _client(args) as client:
+        version = args.tokenizer_version or client.tokenizer_version(_model(client, args))
+        print(client.detokenize(ids, tokenizer_version=version).prompt)
+    return 0
+
+
+def _chat(args: argparse.Namespace) -> int:
+    """An interactive chat that keeps the whole conversation in token ids."""
+    with _client(args) as client:
+        model = _model(client, args)
+        history: list[dict[str, object]] = []
+        if args.system:
+            history.append({"role": "system", "content": args.system})
+        while True:
+            try:
+                line = input("> ")
+            except EOFError:
+                print()
+                return 0
+            if not line.strip():
+                continue
+            history.append({"role": "user", "content": line})
+            sampled: list[int] = []
+            stream = client.chat(model, history, stream=True, max_tokens=args.max_tokens,
+                                 temperature=args.temperature)
+            for chunk in stream:
+                for ch in chunk.choices:
+                    print(ch.delta.content or "", end="", flush=True)
+                    sampled += ch.delta.token_ids or []
+            print()
+            if args.ids:
+                print(f"[ids] {sampled}")
+            history.append({"role": "assistant", "token_ids": sampled})
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tokenwire", description="Token-native LLM API server.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -40,6 +130,34 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--max-model-len", type=int)
     s.add_argument("--n-parallel", type=int)
     s.set_defaults(func=_serve)
+
+    def remote(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--server", default="http://127.0.0.1:8000/v1", help="base URL")
+        sp.add_argument("--api-key", default=None)
+        sp.add_argument("--model", help="default: the server's first model")
+
+    t = sub.add_parser("tokenize", help="text -> ids, on a server or a local tokenizer.json")
+    t.add_argument("text", help="the text, or - for standard input")
+    remote(t)
+    t.add_argument("--tokenizer-version", help="tokenize with this version, not a model's")
+    t.add_argument("--artifact", type=Path, help="a local tokenizer.json instead of a server")
+    t.add_argument("--strs", action="store_true", help="also print each id's vocabulary entry")
+    t.set_defaults(func=_tokenize)
+
+    d = sub.add_parser("detokenize", help="ids -> text, on a server or a local tokenizer.json")
+    d.add_argument("ids", nargs="+", help="ids (space/comma separated, or a JSON array, or -)")
+    remote(d)
+    d.add_argument("--tokenizer-version")
+    d.add_argument("--artifact", type=Path)
+    d.set_defaults(func=_detokenize)
+
+    c = sub.add_parser("chat", help="interactive streaming chat, kept in token ids")
+    remote(c)
+    c.add_argument("--ids", action="store_true", help="show the ids the model sampled")
+    c.add_argument("--system", help="a system message")
+    c.add_argument("--max-tokens", type=int, default=256)
+    c.add_argument("--temperature", type=float, default=0.7)
+    c.set_defaults(func=_chat)
     return p
 
 

@@ -24,7 +24,10 @@ same classes from an error body (`error_from_body`).
     ├── RequestTooLargeError (413)           request_too_large
     ├── RateLimitError (429)                 queue_full
     ├── EngineError (500)                    engine_error
-    └── ServiceUnavailableError (503)        engine_unavailable
+    ├── ServiceUnavailableError (503)        engine_unavailable
+    └── ClientError (raised by the Python client itself, never sent by a server)
+        ├── APIConnectionError               connection_error
+        └── TokenizerIntegrityError          tokenizer_integrity
 """
 
 from __future__ import annotations
@@ -32,7 +35,9 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 __all__ = [
+    "APIConnectionError",
     "AuthenticationError",
+    "ClientError",
     "ContentPolicyViolationError",
     "ContextLengthExceededError",
     "EngineError",
@@ -46,6 +51,7 @@ __all__ = [
     "RequestTooLargeError",
     "ServiceUnavailableError",
     "SpecialTokenNotAllowedError",
+    "TokenizerIntegrityError",
     "TokenizerNotFoundError",
     "TokenizerVersionMismatchError",
     "TokenizerVersionRequiredError",
@@ -176,6 +182,25 @@ class ServiceUnavailableError(TokenwireError):
     status_code = 503
     error_type = "server_error"
     default_code = "engine_unavailable"
+
+
+class ClientError(TokenwireError):
+    """Raised by the client on its own side of the wire."""
+
+    status_code = 0
+    error_type = "client_error"
+
+
+class APIConnectionError(ClientError):
+    """The server could not be reached, or the connection broke."""
+
+    default_code = "connection_error"
+
+
+class TokenizerIntegrityError(ClientError):
+    """A tokenizer artifact's bytes do not hash to the version they were fetched for."""
+
+    default_code = "tokenizer_integrity"
 
 
 def _leaf_classes(cls: type[TokenwireError]) -> list[type[TokenwireError]]:

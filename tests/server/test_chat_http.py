@@ -8,11 +8,9 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.fakes import FakeEngine, other_tokenizer
+from tests.fakes import MODEL, FakeEngine, other_tokenizer
 from tokenwire.tokenizers.hf import HFTokenizer
 from tokenwire.tokenizers.registry import TokenizerRegistry
-
-from .conftest import MODEL
 
 pytestmark = pytest.mark.anyio
 

@@ -5,7 +5,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .base import Engine, EngineEvent, EngineInfo, FinishEvent, SamplingParams, TokenEvent
+from .base import (
+    Engine,
+    EngineEvent,
+    EngineInfo,
+    FinishEvent,
+    PromptLogprobsEvent,
+    SamplingParams,
+    TokenEvent,
+)
 
 __all__ = [
     "ENGINES",
@@ -13,6 +21,7 @@ __all__ = [
     "EngineEvent",
     "EngineInfo",
     "FinishEvent",
+    "PromptLogprobsEvent",
     "SamplingParams",
     "TokenEvent",
 ]

@@ -16,6 +16,7 @@ __all__ = [
     "EngineEvent",
     "EngineInfo",
     "FinishEvent",
+    "PromptLogprobsEvent",
     "SamplingParams",
     "TokenEvent",
 ]
@@ -24,7 +25,7 @@ __all__ = [
 @dataclass(frozen=True)
 class SamplingParams:
     max_tokens: int
-    """Most tokens to sample, the end-of-generation token included."""
+    """Most tokens to sample, the end-of-generation token included (0: only score the prompt)."""
     temperature: float = 1.0
     """0 means greedy (argmax)."""
     top_p: float = 1.0
@@ -34,6 +35,9 @@ class SamplingParams:
     """None: no logprobs; k >= 0: the chosen token's logprob and the k most likely tokens'."""
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
+    prompt_logprobs: int | None = None
+    """None: none; k >= 0: each prompt token's logprob given its prefix, and the k most likely
+    tokens there (scoring, `echo` with logprobs). Delivered in one `PromptLogprobsEvent`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +56,14 @@ class FinishEvent:
     """The end-of-generation token the model sampled ("stop"); it is not part of the output."""
 
 
-EngineEvent = TokenEvent | FinishEvent
+@dataclass(frozen=True, slots=True)
+class PromptLogprobsEvent:
+    """Logprobs of prompt tokens 1..n-1 (the first has no prefix to be predicted from)."""
+
+    entries: tuple[TokenEvent, ...]
+
+
+EngineEvent = TokenEvent | FinishEvent | PromptLogprobsEvent
 
 
 @dataclass(frozen=True)

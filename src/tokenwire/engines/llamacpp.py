@@ -23,7 +23,14 @@ import numpy as np
 
 from ..errors import EngineError, RateLimitError, ServiceUnavailableError
 from ._llama import Batch, LlamaModel, Sampler
-from .base import EngineEvent, EngineInfo, FinishEvent, SamplingParams, TokenEvent
+from .base import (
+    EngineEvent,
+    EngineInfo,
+    FinishEvent,
+    PromptLogprobsEvent,
+    SamplingParams,
+    TokenEvent,
+)
 
 __all__ = ["LlamaCppEngine"]
 
@@ -43,6 +50,18 @@ class _Seq:
     cancelled: bool = False
     done: bool = False
     batch_index: int = field(default=-1, repr=False)
+    scoring: list[tuple[int, int]] = field(default_factory=list, repr=False)  # (pos, index)
+    prompt_lp: list[TokenEvent] = field(default_factory=list, repr=False)
+
+
+def _scored(lp: np.ndarray, token: int, k: int) -> TokenEvent:
+    """`token` with its logprob and the `k` most likely tokens, most likely first."""
+    top: tuple[tuple[int, float], ...] = ()
+    if k > 0:
+        ids = np.argpartition(-lp, k)[:k]
+        ids = ids[np.argsort(-lp[ids], kind="stable")]
+        top = tuple((int(i), float(lp[i])) for i in ids)
+    return TokenEvent(token, float(lp[token]), top)
 
 
 class _EventStream:
@@ -269,34 +288,43 @@ class LlamaCppEngine:
             if remaining <= 0:
                 continue
             take = min(remaining, budget)
+            score = seq.params.prompt_logprobs is not None
             for k in range(take):
                 pos = seq.n_fed + k
                 last = pos == len(seq.prompt) - 1
-                idx = batch.add(seq.prompt[pos], pos, seq.slot, last)
+                idx = batch.add(seq.prompt[pos], pos, seq.slot, last or score)
                 if last:
                     seq.batch_index = idx
                     sampling.append(seq)
+                elif score:
+                    seq.scoring.append((pos, idx))
             seq.n_fed += take
             budget -= take
         rc = llama.decode(batch)
         if rc != 0:
             raise RuntimeError(f"llama_decode returned {rc}")
+        for seq in self._active:
+            if seq.scoring:
+                k = seq.params.prompt_logprobs or 0
+                for pos, idx in seq.scoring:
+                    seq.prompt_lp.append(_scored(llama.logprobs(idx), seq.prompt[pos + 1], k))
+                seq.scoring.clear()
         for seq in sampling:
+            if seq.n_out == 0 and seq.params.prompt_logprobs is not None:
+                seq.emit(PromptLogprobsEvent(tuple(seq.prompt_lp)))
+            if seq.params.max_tokens <= 0:
+                seq.emit(FinishEvent("length"))
+                with self._cv:
+                    self._release(seq, free_slots)
+                continue
             self._sample(llama, seq, free_slots)
 
     def _sample(self, llama: LlamaModel, seq: _Seq, free_slots: list[int]) -> None:
         assert seq.sampler is not None
         token = seq.sampler.sample(llama, seq.batch_index)
         ev = TokenEvent(token)
-        k = seq.params.logprobs
-        if k is not None:
-            lp = llama.logprobs(seq.batch_index)
-            top: tuple[tuple[int, float], ...] = ()
-            if k > 0:
-                ids = np.argpartition(-lp, k)[:k]
-                ids = ids[np.argsort(-lp[ids], kind="stable")]
-                top = tuple((int(i), float(lp[i])) for i in ids)
-            ev = TokenEvent(token, float(lp[token]), top)
+        if seq.params.logprobs is not None:
+            ev = _scored(llama.logprobs(seq.batch_index), token, seq.params.logprobs)
         seq.n_out += 1
         finished: FinishEvent | None = None
         if token in self.info.eog_ids:

@@ -23,6 +23,23 @@ from .common import (
     TokenLogprob,
     Usage,
 )
+from .completions import (
+    Completion,
+    CompletionChoice,
+    CompletionChunk,
+    CompletionLogprobs,
+    CompletionRequest,
+    TopTokenLogprob,
+)
+from .tokenize import (
+    DetokenizeRequest,
+    DetokenizeResponse,
+    SpecialToken,
+    TokenizeRequest,
+    TokenizeResponse,
+    TokenizerInfo,
+    TokenizerList,
+)
 
 __all__ = [
     "ChatChoice",
@@ -33,6 +50,13 @@ __all__ = [
     "ChatDelta",
     "ChatMessage",
     "ChoiceLogprobs",
+    "Completion",
+    "CompletionChoice",
+    "CompletionChunk",
+    "CompletionLogprobs",
+    "CompletionRequest",
+    "DetokenizeRequest",
+    "DetokenizeResponse",
     "ErrorInfo",
     "ErrorResponse",
     "InputTokensBlock",
@@ -40,8 +64,14 @@ __all__ = [
     "ModelCard",
     "ModelList",
     "ResponseMessage",
+    "SpecialToken",
     "StreamOptions",
     "TextBlock",
     "TokenLogprob",
+    "TokenizeRequest",
+    "TokenizeResponse",
+    "TokenizerInfo",
+    "TokenizerList",
+    "TopTokenLogprob",
     "Usage",
 ]

@@ -10,8 +10,10 @@ from starlette.applications import Starlette
 
 from ..config import Settings
 from ..serving.chat import ChatService
+from ..serving.completions import CompletionService
 from ..serving.loader import load_gguf_model
 from ..serving.models import ModelRegistry
+from ..serving.tokenize import TokenizeService
 from ..tokenizers.registry import TokenizerRegistry
 from .errors import exception_handlers
 from .routes import routes
@@ -48,4 +50,6 @@ def create_app(settings: Settings | None = None, *, models: ModelRegistry | None
     app.state.models = models
     app.state.tokenizers = tokenizers
     app.state.chat = ChatService(models, tokenizers, settings)
+    app.state.completions = CompletionService(models, tokenizers, settings)
+    app.state.tokenize = TokenizeService(models, tokenizers, settings)
     return app

@@ -13,8 +13,12 @@ from starlette.routing import Route
 
 from ..protocol.chat import ChatCompletionRequest
 from ..protocol.common import ModelCard, ModelList
+from ..protocol.completions import CompletionRequest
+from ..protocol.tokenize import DetokenizeRequest, TokenizeRequest, TokenizerList
 from ..serving.chat import ChatService
+from ..serving.completions import CompletionService
 from ..serving.models import ModelRegistry, ServedModel
+from ..serving.tokenize import TokenizeService
 from ._json import ModelResponse
 from .sse import sse_frames
 from .validation import parse_body
@@ -84,6 +88,52 @@ async def chat_completions(request: Request) -> Response:
                           lambda: service.create(req))
 
 
+async def completions(request: Request) -> Response:
+    req = parse_body(await request.body(), CompletionRequest)
+    service: CompletionService = request.app.state.completions
+    return await _respond(request, req.stream, lambda: service.stream(req),
+                          lambda: service.create(req))
+
+
+async def tokenize(request: Request) -> Response:
+    req = parse_body(await request.body(), TokenizeRequest)
+    service: TokenizeService = request.app.state.tokenize
+    return ModelResponse(service.tokenize(req))
+
+
+async def detokenize(request: Request) -> Response:
+    req = parse_body(await request.body(), DetokenizeRequest)
+    service: TokenizeService = request.app.state.tokenize
+    return ModelResponse(service.detokenize(req))
+
+
+async def list_tokenizers(request: Request) -> Response:
+    service: TokenizeService = request.app.state.tokenize
+    return ModelResponse(TokenizerList(data=service.list()))
+
+
+async def get_tokenizer(request: Request) -> Response:
+    service: TokenizeService = request.app.state.tokenize
+    return ModelResponse(service.get(request.path_params["version"]))
+
+
+async def tokenizer_artifact(request: Request) -> Response:
+    """The portable tokenizer.json. Under its full version id the bytes never change, so it
+    is cacheable forever; under an alias it must be revalidated (the alias may move)."""
+    service: TokenizeService = request.app.state.tokenize
+    art = service.artifact(request.path_params["version"])
+    etag = f'"{art.sha256}"'
+    headers = {
+        "ETag": etag,
+        "Cache-Control": "no-cache" if art.by_alias else "public, max-age=31536000, immutable",
+        "X-Tokenwire-Sha256": art.sha256,
+        "X-Tokenwire-Tokenizer-Version": art.version,
+    }
+    if etag in request.headers.get("if-none-match", ""):
+        return Response(status_code=304, headers=headers)
+    return Response(art.data, media_type="application/json", headers=headers)
+
+
 async def health(request: Request) -> Response:
     return JSONResponse({"status": "ok"})
 
@@ -93,4 +143,13 @@ routes = [
     Route("/v1/models", list_models, methods=["GET"]),
     Route("/v1/models/{model:path}", get_model, methods=["GET"]),
     Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+    Route("/v1/completions", completions, methods=["POST"]),
+    Route("/v1/tokenize", tokenize, methods=["POST"]),
+    Route("/v1/detokenize", detokenize, methods=["POST"]),
+    # vLLM serves these two at the root
+    Route("/tokenize", tokenize, methods=["POST"]),
+    Route("/detokenize", detokenize, methods=["POST"]),
+    Route("/v1/tokenizers", list_tokenizers, methods=["GET"]),
+    Route("/v1/tokenizers/{version:path}/tokenizer.json", tokenizer_artifact, methods=["GET"]),
+    Route("/v1/tokenizers/{version:path}", get_tokenizer, methods=["GET"]),
 ]

@@ -28,6 +28,16 @@ def format_param(loc: Sequence[int | str]) -> str | None:
     return out or None
 
 
+#: what pydantic says of a bad element of a list of token ids
+_ID_ERRORS = {"int_type", "int_parsing", "int_from_float", "greater_than_equal"}
+#: fields and union tags whose elements are token ids
+_ID_LISTS = {"token_ids", "tokens", "~ids", "~batch"}
+
+
+def _in_id_list(loc: Sequence[int | str]) -> bool:
+    return isinstance(loc[-1], int) and any(p in _ID_LISTS for p in loc)
+
+
 def translate_validation_error(exc: ValidationError) -> InvalidRequestError:
     err = exc.errors(include_url=False)[0]
     kind = err["type"]
@@ -49,7 +59,7 @@ def translate_validation_error(exc: ValidationError) -> InvalidRequestError:
         return InvalidRequestError(f"Unrecognized request argument supplied: {param}",
                                    param=param, code="unknown_parameter")
     message = f"Invalid value for '{param}': {err['msg']}" if param else err["msg"]
-    if "token_ids" in loc and isinstance(loc[-1], int):
+    if kind in _ID_ERRORS and _in_id_list(err["loc"]):
         return InvalidTokenIdError(
             f"Invalid token id at '{param}': token ids must be non-negative integers",
             param=param,

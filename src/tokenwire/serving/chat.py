@@ -7,7 +7,6 @@ then returns the iterator of chunks, so every error it can raise happens before 
 
 from __future__ import annotations
 
-import contextlib
 import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator
@@ -15,8 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import Settings
-from ..engines.base import TokenEvent
-from ..errors import InvalidRequestError, UnsupportedParameterError
+from ..errors import InvalidRequestError
 from ..protocol.chat import (
     ChatChoice,
     ChatChunkChoice,
@@ -24,20 +22,18 @@ from ..protocol.chat import (
     ChatCompletionChunk,
     ChatCompletionRequest,
     ChatDelta,
-    ChatMessage,
     ChoiceLogprobs,
-    InputTokensBlock,
     ResponseMessage,
-    TextBlock,
 )
 from ..protocol.common import Usage
 from ..tokenizers.registry import TokenizerRegistry
-from .generation import ChoiceUpdate, run_choices
+from .checks import check_generation_request
+from .generation import ChoiceUpdate, collect, run_choices
 from .logprobs import chat_logprobs
+from .messages import check_messages, message_id_spans, render_messages
 from .models import ModelRegistry, ServedModel
 from .sampling import choice_params, completion_budget
-from .template import TemplateMessage
-from .tokens import IdSpan, TokenSpace, check_id_range, resolve_token_space
+from .tokens import TokenSpace, check_id_range, resolve_token_space
 
 __all__ = ["ChatService"]
 
@@ -70,60 +66,12 @@ class _Plan:
         return env
 
 
-def _check_unsupported(req: ChatCompletionRequest) -> None:
-    for name, neutral in ChatCompletionRequest.unsupported.items():
-        value = getattr(req, name)
-        if value not in neutral:
-            raise UnsupportedParameterError(
-                f"{name!r} is not supported by this server", param=name
-            )
-
-
 def _check_shape(req: ChatCompletionRequest, settings: Settings) -> None:
-    if not req.messages:
-        raise InvalidRequestError("messages must contain at least one message",
-                                  param="messages", code="invalid_value")
+    check_generation_request(req, settings, logprobs_requested=req.logprobs)
     if req.top_logprobs is not None and not req.logprobs:
         raise InvalidRequestError("top_logprobs requires logprobs to be true",
                                   param="top_logprobs", code="invalid_value")
-    if req.stream_options is not None and not req.stream:
-        raise InvalidRequestError("stream_options is only allowed when stream is true",
-                                  param="stream_options", code="invalid_value")
-    if req.n > settings.max_n:
-        raise InvalidRequestError(f"n must be at most {settings.max_n}", param="n",
-                                  code="invalid_value")
-    if req.tokenizer_fallback == "translate" and req.logprobs:
-        raise InvalidRequestError(
-            "logprobs carry the model's own ids and cannot be combined with "
-            "tokenizer_fallback 'translate'", param="logprobs", code="invalid_value")
-    for i, m in enumerate(req.messages):
-        if m.token_ids is not None and m.role != "assistant":
-            raise InvalidRequestError(
-                "only assistant messages may carry token_ids; send other ids as an "
-                "input_tokens content block", param=f"messages[{i}].token_ids",
-                code="invalid_value")
-        if m.content is None and m.token_ids is None:
-            raise InvalidRequestError("a message needs content", param=f"messages[{i}].content",
-                                      code="missing_required_parameter")
-        if isinstance(m.content, list) and not m.content:
-            raise InvalidRequestError("content must not be an empty array",
-                                      param=f"messages[{i}].content", code="invalid_value")
-
-
-def _id_spans(messages: list[ChatMessage]) -> list[IdSpan]:
-    spans = []
-    for i, m in enumerate(messages):
-        if m.token_ids is not None:
-            spans.append(IdSpan(f"messages[{i}].token_ids", m.token_ids))
-            continue
-        c = m.content
-        if isinstance(c, InputTokensBlock):
-            spans.append(IdSpan(f"messages[{i}].content.token_ids", c.token_ids))
-        elif isinstance(c, list):
-            for j, b in enumerate(c):
-                if isinstance(b, InputTokensBlock):
-                    spans.append(IdSpan(f"messages[{i}].content[{j}].token_ids", b.token_ids))
-    return spans
+    check_messages(req.messages)
 
 
 class ChatService:
@@ -132,46 +80,19 @@ class ChatService:
         self._tokenizers = tokenizers
         self._settings = settings
 
-    # -- building the prompt -------------------------------------------------------------------
-
-    def _content_ids(self, m: ChatMessage, space: TokenSpace) -> list[int]:
-        """A message's content in the model's ids: text encoded with control tokens off,
-        sent ids spliced as they are (or via text when translating)."""
-        enc = space.model.tokenizer.encode
-
-        def from_ids(ids: list[int]) -> list[int]:
-            return enc(space.client.tokenizer.decode(ids)) if space.translate else list(ids)
-
-        if m.token_ids is not None:
-            return from_ids(m.token_ids)
-        c = m.content
-        if isinstance(c, str):
-            return enc(c)
-        if isinstance(c, TextBlock):
-            return enc(c.text)
-        if isinstance(c, InputTokensBlock):
-            return from_ids(c.token_ids)
-        ids: list[int] = []
-        for b in c or []:
-            ids += enc(b.text) if isinstance(b, TextBlock) else from_ids(b.token_ids)
-        return ids
-
     def plan(self, req: ChatCompletionRequest) -> _Plan:
         """Everything checked and the prompt built; nothing has reached the engine yet."""
-        _check_unsupported(req)
         _check_shape(req, self._settings)
         model = self._models.get(req.model)
-        spans = _id_spans(req.messages)
+        spans = message_id_spans(req.messages)
         space = resolve_token_space(
-            model=model, registry=self._tokenizers, version=req.tokenizer_version,
+            target=model.tokenizer_entry, target_name=f"model {model.id!r}",
+            registry=self._tokenizers, version=req.tokenizer_version,
             fallback=req.tokenizer_fallback, carries_ids=bool(spans),
             require_version=self._settings.require_tokenizer_version,
         )
         check_id_range(spans, space.client.tokenizer)
-        template = model.chat_template()
-        prompt = template.render(
-            [TemplateMessage(m.role, self._content_ids(m, space)) for m in req.messages]
-        )
+        prompt = render_messages(req.messages, space, model.chat_template())
         return _Plan(req=req, model=model, space=space, prompt=prompt)
 
     async def _start(self, plan: _Plan) -> AsyncGenerator[ChoiceUpdate, None]:
@@ -187,7 +108,7 @@ class ChatService:
             seed=req.seed, logprobs=(req.top_logprobs or 0) if req.logprobs else None,
             presence_penalty=req.presence_penalty, frequency_penalty=req.frequency_penalty,
         )
-        return await run_choices(plan.model.engine, plan.prompt, params,
+        return await run_choices(plan.model.engine, [(plan.prompt, p) for p in params],
                                  plan.model.tokenizer, req.stop or (),
                                  token_aligned=plan.wants_ids)
 
@@ -196,14 +117,11 @@ class ChatService:
     async def create(self, req: ChatCompletionRequest) -> ChatCompletion:
         plan = self.plan(req)
         updates = await self._start(plan)
-        acc = [_Choice() for _ in range(req.n)]
-        async with contextlib.aclosing(updates):
-            async for u in updates:
-                acc[u.index].add(u)
+        acc = await collect(updates, req.n)
         tok = plan.model.tokenizer
         choices = []
         for i, a in enumerate(acc):
-            text = "".join(a.text)
+            text = a.text
             ids = plan.out_ids(a.ids, text)
             choices.append(ChatChoice(
                 index=i,
@@ -283,22 +201,3 @@ class ChatService:
                 usage=Usage(prompt_tokens=len(plan.prompt), completion_tokens=completion,
                             total_tokens=len(plan.prompt) + completion),
             )
-
-
-@dataclass
-class _Choice:
-    ids: list[int] = field(default_factory=list)
-    text: list[str] = field(default_factory=list)
-    events: list[TokenEvent] = field(default_factory=list)
-    finish_reason: str | None = None
-    stop_reason: int | str | None = None
-    n_sampled: int = 0
-
-    def add(self, u: ChoiceUpdate) -> None:
-        self.ids += u.delta.ids
-        self.text.append(u.delta.text)
-        self.events += u.delta.events
-        if u.finish_reason is not None:
-            self.finish_reason = u.finish_reason
-            self.stop_reason = u.stop_reason
-            self.n_sampled = u.n_sampled

@@ -10,13 +10,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from ..engines.base import Engine, EngineEvent, FinishEvent, SamplingParams, TokenEvent
+from ..engines.base import (
+    Engine,
+    EngineEvent,
+    FinishEvent,
+    PromptLogprobsEvent,
+    SamplingParams,
+    TokenEvent,
+)
 from ..tokenizers.hf import HFTokenizer
 from .output import Delta, OutputDecoder
 
-__all__ = ["ChoiceUpdate", "run_choices"]
+__all__ = ["ChoiceResult", "ChoiceUpdate", "collect", "run_choices"]
 
 
 @dataclass
@@ -27,6 +34,44 @@ class ChoiceUpdate:
     stop_reason: int | str | None = None
     n_sampled: int = 0
     """On the finishing update: every token the model sampled for this choice."""
+    prompt_logprobs: tuple[TokenEvent, ...] | None = None
+    """Once, before any output, when the prompt was scored."""
+
+
+@dataclass
+class ChoiceResult:
+    """A whole choice, gathered from its updates (for non-streaming responses)."""
+
+    ids: list[int] = field(default_factory=list)
+    parts: list[str] = field(default_factory=list)
+    events: list[TokenEvent] = field(default_factory=list)
+    prompt_logprobs: tuple[TokenEvent, ...] = ()
+    finish_reason: str | None = None
+    stop_reason: int | str | None = None
+    n_sampled: int = 0
+
+    @property
+    def text(self) -> str:
+        return "".join(self.parts)
+
+    def add(self, u: ChoiceUpdate) -> None:
+        self.ids += u.delta.ids
+        self.parts.append(u.delta.text)
+        self.events += u.delta.events
+        if u.prompt_logprobs is not None:
+            self.prompt_logprobs = u.prompt_logprobs
+        if u.finish_reason is not None:
+            self.finish_reason = u.finish_reason
+            self.stop_reason = u.stop_reason
+            self.n_sampled = u.n_sampled
+
+
+async def collect(updates: AsyncGenerator[ChoiceUpdate, None], n: int) -> list[ChoiceResult]:
+    results = [ChoiceResult() for _ in range(n)]
+    async with contextlib.aclosing(updates):
+        async for u in updates:
+            results[u.index].add(u)
+    return results
 
 
 async def _pump(index: int, stream: AsyncIterator[EngineEvent], decoder: OutputDecoder,
@@ -43,6 +88,8 @@ async def _pump(index: int, stream: AsyncIterator[EngineEvent], decoder: OutputD
                     return
                 if delta:
                     out.put_nowait(ChoiceUpdate(index, delta))
+            elif isinstance(ev, PromptLogprobsEvent):
+                out.put_nowait(ChoiceUpdate(index, Delta(), prompt_logprobs=ev.entries))
             elif isinstance(ev, FinishEvent):
                 stop_reason = None
                 if ev.stop_token is not None:
@@ -59,12 +106,13 @@ async def _pump(index: int, stream: AsyncIterator[EngineEvent], decoder: OutputD
             await aclose()
 
 
-async def run_choices(engine: Engine, prompt: Sequence[int], params: Sequence[SamplingParams],
+async def run_choices(engine: Engine, jobs: Sequence[tuple[Sequence[int], SamplingParams]],
                       tokenizer: HFTokenizer, stop: Sequence[str], *,
                       token_aligned: bool) -> AsyncGenerator[ChoiceUpdate, None]:
+    """One choice per (prompt, params) job; updates carry the job's index."""
     streams: list[AsyncIterator[EngineEvent]] = []
     try:
-        for p in params:
+        for prompt, p in jobs:
             streams.append(engine.generate(prompt, p))
     except BaseException:
         for s in streams:

@@ -1,14 +1,16 @@
-"""Logprob entries in OpenAI's chat shape, each with the integer `id` of its token."""
+"""Logprobs in OpenAI's chat and legacy shapes, each entry with the integer id of its token."""
 
 from __future__ import annotations
 
+import codecs
 from collections.abc import Sequence
 
 from ..engines.base import TokenEvent
 from ..protocol.common import LogprobEntry, TokenLogprob
+from ..protocol.completions import CompletionLogprobs, TopTokenLogprob
 from ..tokenizers.base import Tokenizer
 
-__all__ = ["chat_logprobs", "token_text"]
+__all__ = ["LegacyLogprobs", "chat_logprobs", "token_text"]
 
 
 def token_text(tokenizer: Tokenizer, token_id: int) -> str:
@@ -32,3 +34,38 @@ def chat_logprobs(tokenizer: Tokenizer, events: Sequence[TokenEvent]) -> list[To
         top = [_entry(tokenizer, t, lp) for t, lp in ev.top_logprobs]
         out.append(TokenLogprob(**head.model_dump(), top_logprobs=top))
     return out
+
+
+class LegacyLogprobs:
+    """Builds /v1/completions logprobs piece by piece; `text_offset` counts characters from the
+    start of the choice's text (a token that begins inside a character gets that character's
+    offset)."""
+
+    def __init__(self, tokenizer: Tokenizer):
+        self._tok = tokenizer
+        self._chars = 0
+        self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def take(self, events: Sequence[TokenEvent]) -> CompletionLogprobs:
+        tok = self._tok
+        out = CompletionLogprobs(tokens=[], token_logprobs=[], top_logprobs=[], text_offset=[],
+                                 token_ids=[], top_token_logprobs=[])
+        for ev in events:
+            out.tokens.append(token_text(tok, ev.token_id))
+            out.token_ids.append(ev.token_id)
+            out.token_logprobs.append(ev.logprob)
+            out.text_offset.append(self._chars)
+            self._chars += len(self._utf8.decode(tok.token_bytes(ev.token_id)))
+            if ev.logprob is None:  # the first prompt token: nothing predicted it
+                out.top_logprobs.append(None)
+                out.top_token_logprobs.append(None)
+                continue
+            top = [TopTokenLogprob(id=t, token=token_text(tok, t), logprob=lp)
+                   for t, lp in ev.top_logprobs]
+            # string-keyed, as OpenAI's; the most likely id wins a shared spelling
+            by_text: dict[str, float] = {}
+            for t in top:
+                by_text.setdefault(t.token, t.logprob)
+            out.top_logprobs.append(by_text)
+            out.top_token_logprobs.append(top)
+        return out

@@ -36,7 +36,8 @@ def completion_budget(*, prompt_len: int, max_model_len: int, requested: int | N
 
 def choice_params(*, n: int, max_tokens: int, temperature: float | None, top_p: float | None,
                   seed: int | None, logprobs: int | None, presence_penalty: float = 0.0,
-                  frequency_penalty: float = 0.0) -> list[SamplingParams]:
+                  frequency_penalty: float = 0.0,
+                  prompt_logprobs: int | None = None) -> list[SamplingParams]:
     """Choice i draws with `seed + i`, so a seeded request is reproducible and its choices
     differ; without a seed every choice gets a fresh random one."""
     if seed is not None and not -(2**63) <= seed < 2**64:
@@ -51,6 +52,7 @@ def choice_params(*, n: int, max_tokens: int, temperature: float | None, top_p: 
             logprobs=logprobs,
             presence_penalty=presence_penalty,
             frequency_penalty=frequency_penalty,
+            prompt_logprobs=prompt_logprobs,
         )
         for i in range(n)
     ]

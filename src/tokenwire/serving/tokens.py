@@ -21,7 +21,6 @@ from ..errors import (
 )
 from ..tokenizers.hf import HFTokenizer
 from ..tokenizers.registry import TokenizerEntry, TokenizerRegistry
-from .models import ServedModel
 
 __all__ = ["IdSpan", "TokenSpace", "check_id_range", "resolve_token_space"]
 
@@ -49,26 +48,27 @@ class TokenSpace:
         return "translated" if self.translate else "sampled"
 
 
-def resolve_token_space(*, model: ServedModel, registry: TokenizerRegistry,
-                        version: str | None, fallback: str, carries_ids: bool,
-                        require_version: bool) -> TokenSpace:
-    mine = model.tokenizer_entry
+def resolve_token_space(*, target: TokenizerEntry, target_name: str,
+                        registry: TokenizerRegistry, version: str | None, fallback: str,
+                        carries_ids: bool, require_version: bool) -> TokenSpace:
+    """`target` is the version the ids must end up in (a model's); `target_name` names it in
+    errors ("model 'x'")."""
     if version is None:
         if carries_ids and require_version:
             raise TokenizerVersionRequiredError(
                 "This request sends token ids, so it must name the tokenizer_version they "
-                f"were encoded with; model {model.id!r} uses {mine.version!r}",
+                f"were encoded with; {target_name} uses {target.version!r}",
                 param="tokenizer_version",
             )
-        return TokenSpace(client=mine, model=mine, translate=False)
+        return TokenSpace(client=target, model=target, translate=False)
     theirs = registry.resolve(version)
-    if theirs.version == mine.version:
-        return TokenSpace(client=mine, model=mine, translate=False)
+    if theirs.version == target.version:
+        return TokenSpace(client=target, model=target, translate=False)
     if fallback == "translate":
-        return TokenSpace(client=theirs, model=mine, translate=True)
+        return TokenSpace(client=theirs, model=target, translate=True)
     raise TokenizerVersionMismatchError(
-        f"tokenizer_version {theirs.version!r} is not the tokenizer of model {model.id!r}, "
-        f"which uses {mine.version!r}; re-encode with it, or send "
+        f"tokenizer_version {theirs.version!r} is not the tokenizer of {target_name}, "
+        f"which uses {target.version!r}; re-encode with it, or send "
         "\"tokenizer_fallback\": \"translate\" to go through text",
         param="tokenizer_version",
     )

@@ -1,0 +1,110 @@
+"""What the sync and async clients share: request bodies, response parsing, SSE decoding.
+
+No I/O here, so the two clients differ only in `await`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, TypeVar
+
+import httpx
+from pydantic import BaseModel
+
+from ..errors import error_from_body
+
+__all__ = [
+    "DONE",
+    "chat_body",
+    "completion_body",
+    "decode_sse_line",
+    "raise_for_error",
+    "wants_version",
+    "wire_messages",
+]
+
+DONE = object()
+"""What `decode_sse_line` returns for `data: [DONE]`."""
+
+M = TypeVar("M", bound=BaseModel)
+
+#: the client is token-native: it asks for ids unless told otherwise
+TOKEN_DEFAULTS: dict[str, Any] = {"response_format_tokens": True, "return_token_ids": True}
+
+
+def _content(content: Any) -> Any:
+    """A list of ints is an input_tokens block; anything else goes as given."""
+    if isinstance(content, list) and content and all(
+        isinstance(t, int) and not isinstance(t, bool) for t in content
+    ):
+        return {"type": "input_tokens", "token_ids": list(content)}
+    return content
+
+
+def _message(m: Any) -> dict[str, Any]:
+    if isinstance(m, BaseModel):
+        return m.model_dump(exclude_none=True)
+    out = dict(m)
+    if "content" in out:
+        out["content"] = _content(out["content"])
+    return out
+
+
+def _has_ids(messages: Iterable[Mapping[str, Any]]) -> bool:
+    for m in messages:
+        c = m.get("content")
+        blocks = c if isinstance(c, list) else [c]
+        if m.get("token_ids") is not None or any(
+            isinstance(b, dict) and b.get("type") == "input_tokens" for b in blocks
+        ):
+            return True
+    return False
+
+
+def wire_messages(messages: Sequence[Any]) -> list[dict[str, Any]]:
+    return [_message(m) for m in messages]
+
+
+def chat_body(model: str, messages: Sequence[Any], params: dict[str, Any]) -> dict[str, Any]:
+    return {"model": model, "messages": wire_messages(messages), **TOKEN_DEFAULTS, **params}
+
+
+def completion_body(model: str, prompt: Any, params: dict[str, Any]) -> dict[str, Any]:
+    defaults = {"return_token_ids": True}
+    return {"model": model, "prompt": prompt, **defaults, **params}
+
+
+def wants_version(body: Mapping[str, Any]) -> bool:
+    """Does this body send ids without naming their version (the client fills it in)?"""
+    if body.get("tokenizer_version") is not None:
+        return False
+    if "messages" in body:
+        return _has_ids(body["messages"])
+    p = body.get("prompt")
+    return isinstance(p, list) and bool(p) and not isinstance(p[0], str)
+
+
+def raise_for_error(response: httpx.Response) -> None:
+    if response.status_code < 400:
+        return
+    try:
+        body = response.json()
+    except ValueError:
+        body = {"error": {"message": response.text or response.reason_phrase}}
+    raise error_from_body(response.status_code, body)
+
+
+def decode_sse_line(line: str, model: type[M]) -> M | object | None:
+    """One SSE line -> a chunk; None for other lines; `DONE` at the end; an in-band error is
+    raised as its typed exception."""
+    if not line.startswith("data:"):
+        return None
+    data = line[5:].strip()
+    if data == "[DONE]":
+        return DONE
+    body = json.loads(data)
+    if isinstance(body, dict) and "error" in body:
+        # in-band: the status was already 200; the code picks the class
+        raise error_from_body(500, body)
+    return model.model_validate(body)

@@ -1,0 +1,71 @@
+"""Tokenizer artifacts on the client's disk: fetched once per version, verified every load.
+
+A version id carries the first 16 hex digits of its artifact's sha256, so the client checks the
+bytes against the id it asked for, not only against what the server says.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+
+from ..errors import TokenizerIntegrityError
+from ..tokenizers.base import VERSION_RE
+from ..tokenizers.hf import HFTokenizer
+
+__all__ = ["TokenizerCache", "default_cache_dir"]
+
+
+def default_cache_dir() -> Path:
+    return Path(os.environ.get("TOKENWIRE_CLIENT_CACHE",
+                               Path.home() / ".cache" / "tokenwire" / "client"))
+
+
+class TokenizerCache:
+    def __init__(self, directory: Path | None = None):
+        self.directory = directory if directory is not None else default_cache_dir()
+        self._loaded: dict[str, HFTokenizer] = {}
+
+    @staticmethod
+    def check_version(version: str) -> None:
+        if not VERSION_RE.match(version):
+            raise TokenizerIntegrityError(
+                f"{version!r} is not a full tokenizer version (<family>@sha256:<16 hex>)")
+
+    def verify(self, version: str, data: bytes, declared: str | None = None) -> HFTokenizer:
+        """The tokenizer of `data`, if its bytes are the version's; else TokenizerIntegrityError."""
+        self.check_version(version)
+        family, prefix = version.split("@sha256:")
+        digest = hashlib.sha256(data).hexdigest()
+        if not digest.startswith(prefix) or (declared is not None and declared != digest):
+            raise TokenizerIntegrityError(
+                f"the artifact for {version} hashes to {digest}, not to its version"
+                + (f" or to the declared {declared}" if declared else ""))
+        return HFTokenizer(data, family=family)
+
+    def _path(self, version: str) -> Path:
+        return self.directory / version.replace("@sha256:", "-") / "tokenizer.json"
+
+    def get(self, version: str) -> HFTokenizer | None:
+        tok = self._loaded.get(version)
+        if tok is not None:
+            return tok
+        path = self._path(version)
+        if not path.is_file():
+            return None
+        tok = self.verify(version, path.read_bytes())
+        self._loaded[version] = tok
+        return tok
+
+    def put(self, version: str, data: bytes, declared: str | None = None) -> HFTokenizer:
+        tok = self.verify(version, data, declared)
+        path = self._path(version)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+        self._loaded[version] = tok
+        return tok

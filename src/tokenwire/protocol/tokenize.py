@@ -1,0 +1,83 @@
+"""Wire models of /v1/tokenize, /v1/detokenize and /v1/tokenizers (vLLM's shape + version)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from ._base import RequestModel, ResponseModel
+from .chat import ChatMessage
+from .common import TokenId
+
+__all__ = [
+    "DetokenizeRequest",
+    "DetokenizeResponse",
+    "SpecialToken",
+    "TokenizeRequest",
+    "TokenizeResponse",
+    "TokenizerInfo",
+    "TokenizerList",
+]
+
+
+class TokenizeRequest(RequestModel):
+    """Name a `model` or a `tokenizer_version` (or both, which must agree), and send a
+    `prompt` or chat `messages`."""
+
+    model: str | None = None
+    tokenizer_version: str | None = None
+    prompt: str | None = None
+    messages: list[ChatMessage] | None = None
+    """The ids are exactly what the chat endpoint would feed the model, template included."""
+    add_special_tokens: bool = True
+    """For a `prompt`: add what the model adds to a text prompt (its BOS, if it uses one)."""
+    add_generation_prompt: bool = True
+    """For `messages`: end with the assistant turn's opening, as the chat endpoint does."""
+    return_token_strs: bool = False
+
+
+class TokenizeResponse(ResponseModel):
+    omit_if_none = frozenset({"token_strs"})
+    tokens: list[int]
+    count: int
+    max_model_len: int | None
+    """Of the model named, or of a model serving this version; null when none does."""
+    tokenizer_version: str
+    token_strs: list[str] | None = None
+    """Each id's vocabulary entry, as the tokenizer spells it (e.g. `Ġthe`)."""
+
+
+class DetokenizeRequest(RequestModel):
+    model: str | None = None
+    tokenizer_version: str | None = None
+    tokens: list[TokenId]
+
+
+class DetokenizeResponse(ResponseModel):
+    prompt: str
+    tokenizer_version: str
+
+
+class SpecialToken(ResponseModel):
+    id: int
+    content: str
+
+
+class TokenizerInfo(ResponseModel):
+    id: str
+    """The full version id, `<family>@sha256:<16 hex>`."""
+    object: Literal["tokenizer"] = "tokenizer"
+    family: str
+    aliases: list[str]
+    vocab_size: int
+    special_tokens: list[SpecialToken]
+    """Control tokens (chat markers, BOS/EOS): never produced by encoding text."""
+    sha256: str
+    """Of the artifact at `artifact_url`; its first 16 hex digits are in the id."""
+    artifact_url: str
+    models: list[str]
+    """Models served now that read and write this version (may be empty)."""
+
+
+class TokenizerList(ResponseModel):
+    object: Literal["list"] = "list"
+    data: list[TokenizerInfo]

@@ -1,0 +1,224 @@
+"""POST /v1/completions (legacy): prompts as text or ids -> choices -> response or chunks.
+
+Several prompts run together; choice `i * n + j` is the j-th sample of prompt i (OpenAI's
+order). `echo` prefixes each choice with its prompt, and with `logprobs` scores the prompt too
+(the engine's prompt logprobs), which is how token sequences get scored.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import uuid
+from collections.abc import AsyncGenerator, AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..config import Settings
+from ..engines.base import TokenEvent
+from ..errors import InvalidRequestError, UnsupportedParameterError
+from ..protocol.common import Usage
+from ..protocol.completions import (
+    Completion,
+    CompletionChoice,
+    CompletionChunk,
+    CompletionLogprobs,
+    CompletionRequest,
+)
+from ..tokenizers.registry import TokenizerRegistry
+from .checks import check_generation_request
+from .generation import ChoiceUpdate, collect, run_choices
+from .logprobs import LegacyLogprobs
+from .models import ModelRegistry, ServedModel
+from .sampling import choice_params, completion_budget
+from .tokens import IdSpan, TokenSpace, check_id_range, resolve_token_space
+
+__all__ = ["CompletionService"]
+
+
+def _prompts(req: CompletionRequest) -> list[tuple[str, str | list[int]]]:
+    """Each prompt with its param path."""
+    p = req.prompt
+    if isinstance(p, str):
+        return [("prompt", p)]
+    if not p:
+        raise InvalidRequestError("prompt must not be an empty array", param="prompt",
+                                  code="invalid_value")
+    if isinstance(p[0], int):
+        return [("prompt", list(p))]
+    return [(f"prompt[{i}]", x) for i, x in enumerate(p)]  # type: ignore[misc]
+
+
+@dataclass
+class _Plan:
+    req: CompletionRequest
+    model: ServedModel
+    space: TokenSpace
+    params: list[str]
+    prompts: list[list[int]]
+    id: str = field(default_factory=lambda: f"cmpl-{uuid.uuid4().hex}")
+    created: int = field(default_factory=lambda: int(time.time()))
+
+    def envelope(self) -> dict[str, Any]:
+        env: dict[str, Any] = {"id": self.id, "created": self.created, "model": self.model.id}
+        if self.req.return_token_ids:
+            env["tokenizer_version"] = self.space.client.version
+            env["token_ids_source"] = self.space.source
+        return env
+
+    def prompt_of(self, choice: int) -> list[int]:
+        return self.prompts[choice // self.req.n]
+
+    def out_ids(self, ids: list[int], text: str) -> list[int]:
+        return self.space.client.tokenizer.encode(text) if self.space.translate else ids
+
+    def echo_text(self, choice: int) -> str:
+        return self.model.tokenizer.decode(self.prompt_of(choice)) if self.req.echo else ""
+
+    def usage(self, completion: int) -> Usage:
+        prompt = sum(len(p) for p in self.prompts)
+        return Usage(prompt_tokens=prompt, completion_tokens=completion,
+                     total_tokens=prompt + completion)
+
+
+class CompletionService:
+    def __init__(self, models: ModelRegistry, tokenizers: TokenizerRegistry, settings: Settings):
+        self._models = models
+        self._tokenizers = tokenizers
+        self._settings = settings
+
+    def plan(self, req: CompletionRequest) -> _Plan:
+        check_generation_request(req, self._settings,
+                                 logprobs_requested=req.logprobs is not None)
+        if req.best_of not in (None, req.n):
+            raise UnsupportedParameterError("'best_of' other than n is not supported",
+                                            param="best_of")
+        model = self._models.get(req.model)
+        prompts = _prompts(req)
+        spans = [IdSpan(param, p) for param, p in prompts if not isinstance(p, str)]
+        space = resolve_token_space(
+            target=model.tokenizer_entry, target_name=f"model {model.id!r}",
+            registry=self._tokenizers, version=req.tokenizer_version,
+            fallback=req.tokenizer_fallback, carries_ids=bool(spans),
+            require_version=self._settings.require_tokenizer_version,
+        )
+        check_id_range(spans, space.client.tokenizer)
+        tok = model.tokenizer
+        entry = model.tokenizer_entry
+        ids: list[list[int]] = []
+        for param, p in prompts:
+            if isinstance(p, str):
+                # typed control-token strings stay text; send ids to use control tokens
+                got = tok.encode(p)
+                if entry.add_bos and entry.bos_id is not None:
+                    got.insert(0, entry.bos_id)
+            elif space.translate:
+                got = tok.encode(space.client.tokenizer.decode(p))
+            else:
+                got = list(p)
+            if not got:
+                raise InvalidRequestError("prompt must not be empty", param=param,
+                                          code="invalid_value")
+            ids.append(got)
+        return _Plan(req=req, model=model, space=space, params=[p for p, _ in prompts],
+                     prompts=ids)
+
+    async def _start(self, plan: _Plan) -> AsyncGenerator[ChoiceUpdate, None]:
+        req = plan.req
+        score = req.logprobs if req.echo else None
+        jobs = []
+        for param, prompt in zip(plan.params, plan.prompts, strict=True):
+            budget = completion_budget(
+                prompt_len=len(prompt), max_model_len=plan.model.max_model_len,
+                requested=req.max_tokens, prompt_param=param, limit_param="max_tokens",
+            )
+            for p in choice_params(
+                n=req.n, max_tokens=budget, temperature=req.temperature, top_p=req.top_p,
+                seed=req.seed, logprobs=req.logprobs, presence_penalty=req.presence_penalty,
+                frequency_penalty=req.frequency_penalty, prompt_logprobs=score,
+            ):
+                jobs.append((prompt, p))
+        return await run_choices(plan.model.engine, jobs, plan.model.tokenizer,
+                                 req.stop or (), token_aligned=req.return_token_ids)
+
+    def _prompt_events(self, plan: _Plan, choice: int,
+                       scored: tuple[TokenEvent, ...]) -> list[TokenEvent]:
+        prompt = plan.prompt_of(choice)
+        return [TokenEvent(prompt[0]), *scored]
+
+    async def create(self, req: CompletionRequest) -> Completion:
+        plan = self.plan(req)
+        updates = await self._start(plan)
+        acc = await collect(updates, len(plan.prompts) * req.n)
+        tok = plan.model.tokenizer
+        choices = []
+        for c, a in enumerate(acc):
+            text = a.text
+            logprobs = None
+            if req.logprobs is not None:
+                lp = LegacyLogprobs(tok)
+                events = a.events
+                if req.echo:
+                    events = [*self._prompt_events(plan, c, a.prompt_logprobs), *events]
+                logprobs = lp.take(events)
+            choices.append(CompletionChoice(
+                text=plan.echo_text(c) + text, index=c, logprobs=logprobs,
+                finish_reason=a.finish_reason,
+                token_ids=plan.out_ids(a.ids, text) if req.return_token_ids else None,
+                prompt_token_ids=plan.prompt_of(c) if req.return_token_ids
+                and not plan.space.translate else None,
+                stop_reason=a.stop_reason if req.return_token_ids else None,
+            ))
+        return Completion(**plan.envelope(), choices=choices,
+                          usage=plan.usage(sum(a.n_sampled for a in acc)))
+
+    async def stream(self, req: CompletionRequest) -> AsyncIterator[CompletionChunk]:
+        plan = self.plan(req)
+        updates = await self._start(plan)
+        return self._chunks(plan, updates)
+
+    async def _chunks(self, plan: _Plan, updates: AsyncGenerator[ChoiceUpdate, None],
+                      ) -> AsyncIterator[CompletionChunk]:
+        req = plan.req
+        env = plan.envelope()
+        tok = plan.model.tokenizer
+        n_choices = len(plan.prompts) * req.n
+        lps = [LegacyLogprobs(tok) for _ in range(n_choices)]
+        ids_on = req.return_token_ids
+
+        def chunk(c: int, text: str, *, logprobs: CompletionLogprobs | None = None,
+                  ids: list[int] | None = None, first: bool = False,
+                  finish: str | None = None, stop_reason: int | str | None = None,
+                  ) -> CompletionChunk:
+            return CompletionChunk(**env, choices=[CompletionChoice(
+                text=text, index=c, logprobs=logprobs,
+                finish_reason=finish,
+                token_ids=ids if ids_on else None,
+                prompt_token_ids=plan.prompt_of(c) if ids_on and first
+                and not plan.space.translate else None,
+                stop_reason=stop_reason if ids_on else None,
+            )])
+
+        # the echo (and the prompt's ids) go first; scored echoes wait for their logprobs
+        scored_echo = req.echo and req.logprobs is not None
+        if (req.echo and not scored_echo) or ids_on:
+            for c in range(n_choices):
+                yield chunk(c, plan.echo_text(c) if not scored_echo else "", ids=[],
+                            first=True)
+        completion = 0
+        async with contextlib.aclosing(updates):
+            async for u in updates:
+                c = u.index
+                if u.prompt_logprobs is not None and scored_echo:
+                    events = self._prompt_events(plan, c, u.prompt_logprobs)
+                    yield chunk(c, plan.echo_text(c), logprobs=lps[c].take(events), ids=[])
+                if u.delta:
+                    yield chunk(c, u.delta.text, ids=plan.out_ids(u.delta.ids, u.delta.text),
+                                logprobs=lps[c].take(u.delta.events)
+                                if req.logprobs is not None else None)
+                if u.finish_reason is not None:
+                    completion += u.n_sampled
+                    yield chunk(c, "", ids=[], finish=u.finish_reason,
+                                stop_reason=u.stop_reason)
+        if req.stream_options is not None and req.stream_options.include_usage:
+            yield CompletionChunk(**env, choices=[], usage=plan.usage(completion))

@@ -1,0 +1,132 @@
+"""Tokenize, detokenize and the published tokenizer versions, for every registered version
+(also one that no model serves any more)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..config import Settings
+from ..errors import InvalidRequestError
+from ..protocol.tokenize import (
+    DetokenizeRequest,
+    DetokenizeResponse,
+    SpecialToken,
+    TokenizeRequest,
+    TokenizeResponse,
+    TokenizerInfo,
+)
+from ..tokenizers.registry import TokenizerEntry, TokenizerRegistry
+from .messages import check_messages, message_id_spans, render_messages
+from .models import ModelRegistry, ServedModel
+from .template import ChatTemplate
+from .tokens import IdSpan, TokenSpace, check_id_range, resolve_token_space
+
+__all__ = ["Artifact", "TokenizeService"]
+
+
+@dataclass(frozen=True)
+class Artifact:
+    data: bytes
+    sha256: str
+    version: str
+    by_alias: bool
+    """Asked for by alias: the bytes behind the name may change, so they are not cacheable."""
+
+
+class TokenizeService:
+    def __init__(self, models: ModelRegistry, tokenizers: TokenizerRegistry, settings: Settings):
+        self._models = models
+        self._tokenizers = tokenizers
+        self._settings = settings
+        self._templates: dict[str, ChatTemplate] = {}
+
+    def _target(self, model_name: str | None, version: str | None, *, carries_ids: bool,
+                ) -> tuple[TokenSpace, ServedModel | None]:
+        if model_name is None and version is None:
+            raise InvalidRequestError("name a model or a tokenizer_version", param="model",
+                                      code="missing_required_parameter")
+        if model_name is not None:
+            model = self._models.get(model_name)
+            space = resolve_token_space(
+                target=model.tokenizer_entry, target_name=f"model {model.id!r}",
+                registry=self._tokenizers, version=version, fallback="error",
+                carries_ids=carries_ids,
+                require_version=self._settings.require_tokenizer_version)
+            return space, model
+        assert version is not None
+        entry = self._tokenizers.resolve(version)
+        return TokenSpace(client=entry, model=entry, translate=False), None
+
+    def _template(self, entry: TokenizerEntry, model: ServedModel | None) -> ChatTemplate:
+        if model is not None:
+            return model.chat_template()
+        tmpl = self._templates.get(entry.version)
+        if tmpl is None:
+            if entry.chat_template is None:
+                raise InvalidRequestError(
+                    f"tokenizer version {entry.version!r} has no chat template; "
+                    "tokenize a prompt instead", param="messages", code="invalid_value")
+            tmpl = ChatTemplate(entry.chat_template, entry.tokenizer, bos_id=entry.bos_id,
+                                eos_id=entry.eos_id, add_bos=entry.add_bos)
+            self._templates[entry.version] = tmpl
+        return tmpl
+
+    def _max_model_len(self, entry: TokenizerEntry, model: ServedModel | None) -> int | None:
+        if model is not None:
+            return model.max_model_len
+        lens = [m.max_model_len for m in self._models.all() if m.tokenizer_entry is entry]
+        return max(lens) if lens else None
+
+    def tokenize(self, req: TokenizeRequest) -> TokenizeResponse:
+        if (req.prompt is None) == (req.messages is None):
+            raise InvalidRequestError("send exactly one of prompt and messages",
+                                      param="prompt" if req.prompt is not None else "messages",
+                                      code="invalid_value")
+        spans = message_id_spans(req.messages) if req.messages is not None else []
+        space, model = self._target(req.model, req.tokenizer_version, carries_ids=bool(spans))
+        entry = space.model
+        tok = entry.tokenizer
+        if req.messages is not None:
+            check_messages(req.messages)
+            check_id_range(spans, tok)
+            ids = render_messages(req.messages, space, self._template(entry, model),
+                                  add_generation_prompt=req.add_generation_prompt)
+        else:
+            ids = tok.encode(req.prompt or "")
+            if req.add_special_tokens and entry.add_bos and entry.bos_id is not None:
+                ids.insert(0, entry.bos_id)
+        return TokenizeResponse(
+            tokens=ids, count=len(ids), max_model_len=self._max_model_len(entry, model),
+            tokenizer_version=entry.version,
+            token_strs=[tok.token_str(i) for i in ids] if req.return_token_strs else None,
+        )
+
+    def detokenize(self, req: DetokenizeRequest) -> DetokenizeResponse:
+        space, _ = self._target(req.model, req.tokenizer_version, carries_ids=True)
+        tok = space.model.tokenizer
+        check_id_range([IdSpan("tokens", req.tokens)], tok)
+        return DetokenizeResponse(prompt=tok.decode(req.tokens), tokenizer_version=tok.version)
+
+    # -- published versions ---------------------------------------------------------------
+
+    def info(self, entry: TokenizerEntry) -> TokenizerInfo:
+        tok = entry.tokenizer
+        return TokenizerInfo(
+            id=entry.version, family=tok.family, aliases=sorted(entry.aliases),
+            vocab_size=tok.vocab_size,
+            special_tokens=[SpecialToken(id=i, content=c)
+                            for c, i in tok.special_tokens.items()],
+            sha256=entry.sha256, artifact_url=f"/v1/tokenizers/{entry.version}/tokenizer.json",
+            models=sorted(entry.models),
+        )
+
+    def list(self) -> list[TokenizerInfo]:
+        return [self.info(e) for e in self._tokenizers.entries()]
+
+    def get(self, name: str) -> TokenizerInfo:
+        return self.info(self._tokenizers.get(name))
+
+    def artifact(self, name: str) -> Artifact:
+        entry = self._tokenizers.get(name)
+        return Artifact(data=entry.tokenizer.artifact, sha256=entry.sha256,
+                        version=entry.version, by_alias=name != entry.version)

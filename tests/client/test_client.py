@@ -1,0 +1,145 @@
+"""The Python client, against the in-process app (scripted engine) and hostile transports."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.fakes import MODEL, FakeEngine
+from tokenwire import (
+    AsyncClient,
+    Client,
+    InvalidRequestError,
+    InvalidTokenIdError,
+    ModelNotFoundError,
+    TokenizerIntegrityError,
+)
+from tokenwire.errors import APIConnectionError, EngineError
+from tokenwire.protocol import ChatCompletion, Completion
+from tokenwire.tokenizers.hf import HFTokenizer
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+async def sdk(app, tmp_path: Path) -> AsyncIterator[AsyncClient]:  # type: ignore[no-untyped-def]
+    transport = httpx.ASGITransport(app=app)
+    async with app.router.lifespan_context(app):
+        http = httpx.AsyncClient(transport=transport, base_url="http://test/v1/")
+        async with AsyncClient(http_client=http, cache_dir=tmp_path / "cache") as c:
+            yield c
+
+
+async def test_chat_in_ids_fills_in_the_version(sdk: AsyncClient, tok: HFTokenizer,
+                                               fake_engine: FakeEngine) -> None:
+    r = await sdk.chat(MODEL, [{"role": "user", "content": tok.encode("Hello!")}])
+    assert isinstance(r, ChatCompletion)
+    assert r.tokenizer_version == tok.version
+    assert r.choices[0].message.token_ids == fake_engine.script
+    assert r.choices[0].token_ids == fake_engine.script
+    assert r.prompt_token_ids == fake_engine.prompts[0]
+    again = await sdk.chat(MODEL, [{"role": "user", "content": "Hello!"}])
+    assert again.prompt_token_ids == r.prompt_token_ids
+
+
+async def test_streams_yield_typed_chunks(sdk: AsyncClient, tok: HFTokenizer,
+                                          fake_engine: FakeEngine) -> None:
+    stream = await sdk.chat(MODEL, [{"role": "user", "content": "Hi"}], stream=True)
+    ids: list[int] = []
+    async with stream:
+        async for chunk in stream:
+            for ch in chunk.choices:
+                ids += ch.delta.token_ids or []
+    assert ids == fake_engine.script
+    assert stream.response.is_closed
+    comp = await sdk.complete(MODEL, tok.encode("Once"), stream=True, max_tokens=3)
+    texts = [ch.text async for c in comp for ch in c.choices]
+    assert "".join(texts) == tok.decode(fake_engine.script[:3])
+
+
+async def test_complete_and_tokenize(sdk: AsyncClient, tok: HFTokenizer) -> None:
+    c = await sdk.complete(MODEL, [tok.encode("a"), tok.encode("b")], max_tokens=2)
+    assert isinstance(c, Completion) and len(c.choices) == 2
+    t = await sdk.tokenize("Hello!", model=MODEL)
+    assert t.tokens == tok.encode("Hello!")
+    d = await sdk.detokenize(t.tokens, model=MODEL)
+    assert d.prompt == "Hello!"
+
+
+async def test_errors_are_typed(sdk: AsyncClient) -> None:
+    with pytest.raises(InvalidTokenIdError) as info:
+        await sdk.chat(MODEL, [{"role": "user", "content": [1, 2, 99999]}])
+    assert info.value.param == "messages[0].content.token_ids[2]"
+    with pytest.raises(ModelNotFoundError):
+        await sdk.chat("nope", [{"role": "user", "content": "x"}])
+    with pytest.raises(InvalidRequestError) as bad:
+        await sdk.detokenize([1, 2])
+    assert bad.value.param == "model"
+    with pytest.raises(InvalidTokenIdError) as info:
+        await sdk.complete(MODEL, [5, 10**7])  # the version is filled in, the id is checked
+    assert info.value.param == "prompt[1]"
+    r = await sdk.chat(MODEL, [{"role": "user", "content": "x"},
+                               {"role": "assistant", "token_ids": [5]},
+                               {"role": "user", "content": "y"}])
+    assert r.tokenizer_version is not None  # filled in from the model's card
+
+
+async def test_tokenizer_is_fetched_verified_and_cached(sdk: AsyncClient, tok: HFTokenizer,
+                                                        tmp_path: Path) -> None:
+    local = await sdk.tokenizer(model=MODEL)
+    assert local.version == tok.version
+    assert local.encode("Local and remote agree.") == tok.encode("Local and remote agree.")
+    [stored] = (tmp_path / "cache").rglob("tokenizer.json")
+    assert stored.read_bytes() == tok.artifact
+    assert (await sdk.tokenizer("smollm2-49k")).version == tok.version  # alias resolved
+    # a cache file changed on disk is refused, not used
+    stored.write_bytes(stored.read_bytes().replace(b'"hello"', b'"hullo"'))
+    fresh = AsyncClient(cache_dir=tmp_path / "cache")
+    with pytest.raises(TokenizerIntegrityError):
+        await fresh.tokenizer(tok.version)
+    await fresh.aclose()
+
+
+def test_a_tampered_artifact_is_refused(tok: HFTokenizer, tmp_path: Path) -> None:
+    tampered = tok.artifact.replace(b'"hello"', b'"hullo"')
+
+    def serve(request: httpx.Request) -> httpx.Response:
+        assert request.url.path.endswith("/tokenizer.json")
+        return httpx.Response(200, content=tampered,
+                              headers={"x-tokenwire-sha256": tok.sha256})
+
+    client = Client(http_client=httpx.Client(transport=httpx.MockTransport(serve),
+                                             base_url="http://evil/v1/"),
+                    cache_dir=tmp_path)
+    with pytest.raises(TokenizerIntegrityError):
+        client.tokenizer(tok.version)
+    assert not list(tmp_path.rglob("tokenizer.json"))
+
+
+def test_in_band_stream_errors_and_broken_connections(tmp_path: Path) -> None:
+    err = {"error": {"message": "engine died", "type": "server_error", "param": None,
+                     "code": "engine_error"}}
+    chunk = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
+             "choices": [{"index": 0, "delta": {"content": "a"}}]}
+    sse = f"data: {json.dumps(chunk)}\n\ndata: {json.dumps(err)}\n\ndata: [DONE]\n\n"
+
+    def serve(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/models/m"):
+            raise httpx.ConnectError("refused")
+        return httpx.Response(200, content=sse.encode(),
+                              headers={"content-type": "text/event-stream"})
+
+    client = Client(http_client=httpx.Client(transport=httpx.MockTransport(serve),
+                                             base_url="http://x/v1/"), cache_dir=tmp_path)
+    stream = client.chat("m", [{"role": "user", "content": "x"}], stream=True)
+    got = []
+    with pytest.raises(EngineError, match="engine died"):
+        for c in stream:
+            got.append(c)
+    assert len(got) == 1 and stream.response.is_closed
+    with pytest.raises(APIConnectionError):
+        client.tokenizer_version("m")

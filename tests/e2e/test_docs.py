@@ -1,0 +1,93 @@
+"""docs/api.md's examples, sent to a real server: the docs cannot drift from the code.
+
+An `http` block is a request (method, path, JSON body); the `json <status>` or `sse <status>`
+block after it is the answer. In the expected JSON, "..." matches any value, a "...": "..."
+member allows further members, and a trailing "..." in an array allows further elements.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.conftest import LiveServer
+
+pytestmark = pytest.mark.engine
+
+DOC = Path(__file__).parents[2] / "docs" / "api.md"
+FENCE = re.compile(r"```(\w+)([^\n]*)\n(.*?)```", re.S)
+ANY = "..."
+
+
+def _examples() -> list[tuple[str, str, Any, int, str, str]]:
+    blocks = FENCE.findall(DOC.read_text())
+    out = []
+    for (lang, _, req), (kind, status, expected) in zip(blocks, blocks[1:], strict=False):
+        if lang != "http":
+            continue
+        head, _, payload = req.partition("\n")
+        method, path = head.split()
+        out.append((method, path, json.loads(payload) if payload.strip() else None,
+                    int(status), kind, expected))
+    return out
+
+
+EXAMPLES = _examples()
+
+
+def matches(expected: Any, actual: Any, where: str = "$") -> None:
+    if expected == ANY:
+        return
+    if isinstance(expected, dict):
+        assert isinstance(actual, dict), where
+        open_ended = expected.get(ANY) == ANY
+        keys = set(expected) - {ANY}
+        if not open_ended:
+            assert set(actual) == keys, f"{where}: keys {sorted(actual)} != {sorted(keys)}"
+        for k in keys:
+            assert k in actual, f"{where}.{k} missing"
+            matches(expected[k], actual[k], f"{where}.{k}")
+    elif isinstance(expected, list):
+        assert isinstance(actual, list), where
+        if expected and expected[-1] == ANY:
+            expected = expected[:-1]
+            actual = actual[:len(expected)]
+        assert len(actual) == len(expected), f"{where}: {len(actual)} != {len(expected)} items"
+        for i, (e, a) in enumerate(zip(expected, actual, strict=True)):
+            matches(e, a, f"{where}[{i}]")
+    elif isinstance(expected, float):
+        assert isinstance(actual, int | float) and math.isclose(expected, actual, abs_tol=1e-3), \
+            f"{where}: {actual} != {expected}"
+    else:
+        assert expected == actual, f"{where}: {actual!r} != {expected!r}"
+
+
+def test_the_docs_have_examples() -> None:
+    assert len(EXAMPLES) >= 10
+
+
+@pytest.mark.parametrize(("method", "path", "body", "status", "kind", "expected"), EXAMPLES,
+                         ids=[f"{i}-{e[0]} {e[1]}" for i, e in enumerate(EXAMPLES)])
+def test_doc_example(live_server: LiveServer, method: str, path: str, body: Any, status: int,
+                     kind: str, expected: str) -> None:
+    with httpx.Client(base_url=live_server.url, timeout=60) as http:
+        r = http.request(method, path, json=body)
+    assert r.status_code == status, r.text
+    if kind == "json":
+        matches(json.loads(expected), r.json())
+        return
+    assert kind == "sse"
+    got = [line for line in r.text.splitlines() if line.startswith("data: ")]
+    want = [line for line in expected.splitlines() if line.startswith("data: ")]
+    assert len(got) == len(want), r.text
+    for i, (g, w) in enumerate(zip(got, want, strict=True)):
+        if w == "data: [DONE]":
+            assert g == w
+        else:
+            matches(json.loads(w[6:]), json.loads(g[6:]), f"chunk[{i}]")

@@ -1,0 +1,162 @@
+"""Tokenize, detokenize and the published tokenizer versions, in process."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import httpx
+import pytest
+from tokenizers import Tokenizer as RawHFTokenizer
+
+from tests.fakes import MODEL, other_tokenizer
+from tokenwire.tokenizers.hf import HFTokenizer
+from tokenwire.tokenizers.registry import TokenizerRegistry
+
+pytestmark = pytest.mark.anyio
+
+MESSAGES = [{"role": "system", "content": "Be brief."},
+            {"role": "user", "content": [{"type": "text", "text": "Hi "},
+                                         {"type": "input_tokens", "token_ids": [19556, 17]}]},
+            {"role": "assistant", "token_ids": [30904, 24583]},
+            {"role": "user", "content": "Again <|im_start|>"}]
+
+
+@pytest.fixture
+def tiny(registry: TokenizerRegistry) -> str:
+    """A version no model serves, with a chat template of its own."""
+    return registry.register(other_tokenizer(), aliases=["tiny"],
+                             chat_template="{% for m in messages %}<s>{{ m['content'] }}</s>"
+                             "{% endfor %}").version
+
+
+async def test_tokenize_prompt(client: httpx.AsyncClient, tok: HFTokenizer) -> None:
+    r = await client.post("/v1/tokenize", json={"model": MODEL, "prompt": "Hello <|im_end|>",
+                                                "return_token_strs": True})
+    data = r.json()
+    assert data["tokens"] == tok.encode("Hello <|im_end|>")
+    assert data["count"] == len(data["tokens"])
+    assert data["max_model_len"] == 2048
+    assert data["tokenizer_version"] == tok.version
+    assert data["token_strs"] == [tok.token_str(i) for i in data["tokens"]]
+    assert "Hello" in data["token_strs"]
+    # vLLM's root path answers too
+    assert (await client.post("/tokenize", json={"model": MODEL, "prompt": "Hello"})).json()[
+        "tokens"] == tok.encode("Hello")
+
+
+async def test_tokenize_messages_is_the_chat_prompt(client: httpx.AsyncClient,
+                                                    tok: HFTokenizer) -> None:
+    tokenized = (await client.post("/v1/tokenize", json={
+        "model": MODEL, "tokenizer_version": tok.version, "messages": MESSAGES})).json()
+    chat = (await client.post("/v1/chat/completions", json={
+        "model": MODEL, "tokenizer_version": tok.version, "messages": MESSAGES,
+        "return_token_ids": True})).json()
+    assert tokenized["tokens"] == chat["prompt_token_ids"]
+    without = (await client.post("/v1/tokenize", json={
+        "model": MODEL, "tokenizer_version": tok.version, "messages": MESSAGES,
+        "add_generation_prompt": False})).json()
+    assert tokenized["tokens"][:without["count"]] == without["tokens"]
+
+
+async def test_versions_no_model_serves(client: httpx.AsyncClient, tiny: str) -> None:
+    other = other_tokenizer()
+    r = await client.post("/v1/tokenize", json={"tokenizer_version": "tiny",
+                                                "prompt": "Bonjour à tous"})
+    data = r.json()
+    assert data["tokens"] == other.encode("Bonjour à tous")
+    assert data["tokenizer_version"] == tiny and data["max_model_len"] is None
+    r = await client.post("/v1/tokenize", json={"tokenizer_version": tiny, "messages": [
+        {"role": "user", "content": "ça va"}]})
+    assert other.decode(r.json()["tokens"]) == "<s>ça va</s>"
+    r = await client.post("/v1/detokenize", json={"tokenizer_version": tiny,
+                                                  "tokens": other.encode("ça va")})
+    assert r.json() == {"prompt": "ça va", "tokenizer_version": tiny}
+
+
+async def test_detokenize(client: httpx.AsyncClient, tok: HFTokenizer) -> None:
+    ids = tok.encode("Hello, wörld 🎉")
+    r = await client.post("/v1/detokenize", json={"tokenizer_version": "smollm2-49k",
+                                                  "tokens": ids})
+    assert r.json() == {"prompt": "Hello, wörld 🎉", "tokenizer_version": tok.version}
+
+
+BAD: list[tuple[str, str, dict[str, Any], int, str, str | None]] = [
+    ("neither target", "/v1/tokenize", {"prompt": "x"}, 400, "missing_required_parameter",
+     "model"),
+    ("both inputs", "/v1/tokenize", {"model": MODEL, "prompt": "x",
+                                     "messages": [{"role": "user", "content": "x"}]}, 400,
+     "invalid_value", "prompt"),
+    ("no input", "/v1/tokenize", {"model": MODEL}, 400, "invalid_value", "messages"),
+    ("ids in messages without version", "/v1/tokenize", {"model": MODEL, "messages": [
+        {"role": "user", "content": {"type": "input_tokens", "token_ids": [1]}}]}, 400,
+     "tokenizer_version_required", "tokenizer_version"),
+    ("id out of range in messages", "/v1/tokenize", {"tokenizer_version": "smollm2-49k",
+                                                     "messages": [{"role": "user", "content": {
+                                                         "type": "input_tokens",
+                                                         "token_ids": [1, 60000]}}]}, 400,
+     "invalid_token_id", "messages[0].content.token_ids[1]"),
+    ("unknown version", "/v1/tokenize", {"tokenizer_version": "x@sha256:0000000000000000",
+                                         "prompt": "x"}, 400, "unknown_tokenizer_version",
+     "tokenizer_version"),
+    ("model and foreign version", "/v1/tokenize", {"model": MODEL, "tokenizer_version": "tiny",
+                                                   "prompt": "x"}, 400,
+     "tokenizer_version_mismatch", "tokenizer_version"),
+    ("unknown model", "/v1/tokenize", {"model": "nope", "prompt": "x"}, 404,
+     "model_not_found", "model"),
+    ("detokenize without version", "/v1/detokenize", {"model": MODEL, "tokens": [1]}, 400,
+     "tokenizer_version_required", "tokenizer_version"),
+    ("detokenize out of range", "/v1/detokenize", {"tokenizer_version": "smollm2-49k",
+                                                   "tokens": [1, 2, 49152]}, 400,
+     "invalid_token_id", "tokens[2]"),
+    ("detokenize negative", "/v1/detokenize", {"tokenizer_version": "smollm2-49k",
+                                               "tokens": [-1]}, 400, "invalid_token_id",
+     "tokens[0]"),
+    ("detokenize not ids", "/v1/detokenize", {"tokenizer_version": "smollm2-49k",
+                                              "tokens": "hello"}, 400, "invalid_type",
+     "tokens"),
+]
+
+
+@pytest.mark.parametrize(("case", "path", "payload", "status", "code", "param"), BAD,
+                         ids=[b[0] for b in BAD])
+async def test_bad_requests(client: httpx.AsyncClient, tiny: str, case: str, path: str,
+                            payload: dict[str, Any], status: int, code: str,
+                            param: str | None) -> None:
+    r = await client.post(path, json=payload)
+    assert r.status_code == status, r.text
+    assert (r.json()["error"]["code"], r.json()["error"]["param"]) == (code, param)
+
+
+async def test_tokenizer_listing(client: httpx.AsyncClient, tok: HFTokenizer, tiny: str) -> None:
+    data = (await client.get("/v1/tokenizers")).json()
+    assert data["object"] == "list"
+    by_id = {t["id"]: t for t in data["data"]}
+    mine = by_id[tok.version]
+    assert mine["models"] == [MODEL] and mine["aliases"] == ["smollm2-49k"]
+    assert mine["vocab_size"] == 49152 and mine["sha256"] == tok.sha256
+    assert {"id": 1, "content": "<|im_start|>"} in mine["special_tokens"]
+    assert by_id[tiny]["models"] == []
+    assert (await client.get(f"/v1/tokenizers/{tok.version}")).json() == mine
+    assert (await client.get("/v1/tokenizers/smollm2-49k")).json() == mine
+    r = await client.get("/v1/tokenizers/none@sha256:0000000000000000")
+    assert r.status_code == 404 and r.json()["error"]["code"] == "tokenizer_not_found"
+
+
+async def test_artifact_is_immutable_and_verifiable(client: httpx.AsyncClient,
+                                                    tok: HFTokenizer) -> None:
+    r = await client.get(f"/v1/tokenizers/{tok.version}/tokenizer.json")
+    assert r.status_code == 200
+    assert hashlib.sha256(r.content).hexdigest() == r.headers["x-tokenwire-sha256"] == tok.sha256
+    assert r.headers["etag"] == f'"{tok.sha256}"'
+    assert "immutable" in r.headers["cache-control"]
+    raw = RawHFTokenizer.from_str(r.text)
+    raw.encode_special_tokens = True
+    assert raw.encode("Hello, world!", add_special_tokens=False).ids == tok.encode(
+        "Hello, world!")
+    again = await client.get(f"/v1/tokenizers/{tok.version}/tokenizer.json",
+                             headers={"If-None-Match": r.headers["etag"]})
+    assert again.status_code == 304 and not again.content
+    by_alias = await client.get("/v1/tokenizers/smollm2-49k/tokenizer.json")
+    assert by_alias.content == r.content
+    assert by_alias.headers["cache-control"] == "no-cache"  # an alias may move
