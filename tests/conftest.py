@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import socket
 import threading
 import time
@@ -23,6 +25,8 @@ from tokenwire.tokenizers.hf import HFTokenizer
 from tokenwire.tokenizers.registry import TokenizerRegistry
 
 TEST_MAX_MODEL_LEN = 4096
+BLOCKED_PHRASE = "forbidden recipe"
+"""Blocked by the live server's content policy."""
 
 
 @pytest.fixture
@@ -75,8 +79,11 @@ class LiveServer:
 @pytest.fixture(scope="session")
 def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     """A real uvicorn server with the real engine and model, in a thread."""
-    # the defaults a user gets from `make serve`, bar the port and the store
-    settings = Settings(port=_free_port(), tokenizer_store=tmp_path_factory.mktemp("tokenizers"))
+    # the defaults a user gets from `make serve`, bar the port, the store, and a policy
+    policy = tmp_path_factory.mktemp("policy") / "policy.json"
+    policy.write_text(json.dumps({"blocked_phrases": [BLOCKED_PHRASE]}))
+    settings = Settings(port=_free_port(), tokenizer_store=tmp_path_factory.mktemp("tokenizers"),
+                        content_policy=policy)
     app = create_app(settings)
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=settings.port,
                                            log_level="warning", lifespan="on"))
@@ -109,23 +116,40 @@ def registry(tmp_path: Path) -> TokenizerRegistry:
 
 
 @pytest.fixture
-def app(gguf_info: GGUFTokenizerInfo, fake_engine: FakeEngine, registry: TokenizerRegistry,
-        tmp_path: Path):  # type: ignore[no-untyped-def]
-    tok = gguf_info.tokenizer
-    entry = registry.register(tok, aliases=[tok.family], chat_template=gguf_info.chat_template)
-    assert gguf_info.chat_template is not None
-    template = ChatTemplate(gguf_info.chat_template, tok, bos_id=gguf_info.bos_id,
-                            eos_id=gguf_info.eos_id, add_bos=gguf_info.add_bos)
-    models = ModelRegistry()
-    models.add(ServedModel(id=MODEL, engine=fake_engine, tokenizer_entry=entry,
-                           template=template))
-    settings = Settings(tokenizer_store=tmp_path / "store")
-    return create_app(settings, models=models, tokenizers=registry)
+def make_app(gguf_info: GGUFTokenizerInfo, fake_engine: FakeEngine, registry: TokenizerRegistry,
+             tmp_path: Path):  # type: ignore[no-untyped-def]
+    """An app serving the scripted engine as MODEL, with the real tokenizer and template."""
+
+    def make(**overrides: object):  # type: ignore[no-untyped-def]
+        tok = gguf_info.tokenizer
+        entry = registry.register(tok, aliases=[tok.family],
+                                  chat_template=gguf_info.chat_template)
+        assert gguf_info.chat_template is not None
+        template = ChatTemplate(gguf_info.chat_template, tok, bos_id=gguf_info.bos_id,
+                                eos_id=gguf_info.eos_id, add_bos=gguf_info.add_bos)
+        models = ModelRegistry()
+        models.add(ServedModel(id=MODEL, engine=fake_engine, tokenizer_entry=entry,
+                               template=template))
+        settings = Settings(tokenizer_store=tmp_path / "store", **overrides)  # type: ignore[arg-type]
+        return create_app(settings, models=models, tokenizers=registry)
+
+    return make
+
+
+@pytest.fixture
+def app(make_app):  # type: ignore[no-untyped-def]
+    return make_app()
+
+
+@contextlib.asynccontextmanager
+async def serve_in_process(app) -> AsyncIterator[httpx.AsyncClient]:  # type: ignore[no-untyped-def]
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as c:
+            yield c
 
 
 @pytest.fixture
 async def client(app) -> AsyncIterator[httpx.AsyncClient]:  # type: ignore[no-untyped-def]
-    transport = httpx.ASGITransport(app=app)
-    async with app.router.lifespan_context(app):
-        async with httpx.AsyncClient(transport=transport, base_url="http://test") as c:
-            yield c
+    async with serve_in_process(app) as c:
+        yield c

@@ -14,6 +14,7 @@ from tokenwire.engines.base import (
     SamplingParams,
     TokenEvent,
 )
+from tokenwire.errors import EngineError
 from tokenwire.tokenizers.hf import HFTokenizer, canonical_json
 
 MODEL = "fake-smollm2"
@@ -32,6 +33,10 @@ class FakeEngine:
         self.delay = delay
         self.prompts: list[list[int]] = []
         self.active = 0
+        self.refuse: Exception | None = None
+        """Raised at admission (e.g. a full queue)."""
+        self.fail_after: int | None = None
+        """Raise EngineError after this many tokens (an engine fault mid-generation)."""
 
     @property
     def info(self) -> EngineInfo:
@@ -45,6 +50,8 @@ class FakeEngine:
 
     def generate(self, prompt: Sequence[int], params: SamplingParams,
                  ) -> AsyncIterator[EngineEvent]:
+        if self.refuse is not None:
+            raise self.refuse
         self.prompts.append(list(prompt))
         return self._run(list(prompt), params)
 
@@ -58,6 +65,8 @@ class FakeEngine:
                     TokenEvent(t, -1.0, tuple((t + j, -1.0 - j) for j in range(k)))
                     for t in prompt[1:]))
             for i, t in enumerate(self.script):
+                if self.fail_after is not None and i >= self.fail_after:
+                    raise EngineError("the engine failed (injected)")
                 if i >= params.max_tokens:
                     yield FinishEvent("length")
                     return

@@ -32,3 +32,21 @@ def test_model_names() -> None:
 def test_cli_serve_arguments() -> None:
     args = _parser().parse_args(["serve", "--model", "m.gguf", "--port", "9000"])
     assert args.model == Path("m.gguf") and args.port == 9000
+
+
+def test_a_batch_must_hold_every_decoding_sequence() -> None:
+    with pytest.raises(ValueError, match="n_batch"):
+        Settings(n_parallel=32, n_batch=16)
+
+
+def test_seeds_are_mixed_not_truncated() -> None:
+    from tokenwire.serving.sampling import _seed32, choice_params
+
+    seeds = [_seed32(s) for s in (0, 1, 2**32, 2**32 + 1, -1 % 2**64, 0xFFFFFFFF)]
+    assert len(set(seeds)) == len(seeds)
+    assert 0xFFFFFFFF not in {_seed32(s) for s in range(100_000)}
+    a = [p.seed for p in choice_params(n=3, max_tokens=1, temperature=1, top_p=1, seed=-1,
+                                       logprobs=None)]
+    assert a == [p.seed for p in choice_params(n=3, max_tokens=1, temperature=1, top_p=1,
+                                               seed=-1, logprobs=None)]
+    assert len(set(a)) == 3

@@ -23,7 +23,7 @@ same classes from an error body (`error_from_body`).
     ├── MethodNotAllowedError (405)          method_not_allowed
     ├── RequestTooLargeError (413)           request_too_large
     ├── RateLimitError (429)                 queue_full
-    ├── EngineError (500)                    engine_error
+    ├── EngineError (503)                    engine_error
     ├── ServiceUnavailableError (503)        engine_unavailable
     └── ClientError (raised by the Python client itself, never sent by a server)
         ├── APIConnectionError               connection_error
@@ -134,8 +134,12 @@ class UnsupportedParameterError(InvalidRequestError):
 
 class AuthenticationError(TokenwireError):
     status_code = 401
-    error_type = "authentication_error"
+    error_type = "invalid_request_error"  # as OpenAI's
     default_code = "invalid_api_key"
+
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None):
+        super().__init__(message, param=param, code=code)
+        self.headers["WWW-Authenticate"] = "Bearer"
 
 
 class NotFoundError(TokenwireError):
@@ -169,11 +173,16 @@ class RateLimitError(TokenwireError):
     error_type = "rate_limit_error"
     default_code = "queue_full"
 
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None,
+                 retry_after: int = 1):
+        super().__init__(message, param=param, code=code)
+        self.headers["Retry-After"] = str(retry_after)
+
 
 class EngineError(TokenwireError):
-    """The engine failed while serving a request that had been accepted."""
+    """The engine failed while serving an accepted request; it recovers, so retry."""
 
-    status_code = 500
+    status_code = 503
     error_type = "server_error"
     default_code = "engine_error"
 
@@ -221,7 +230,6 @@ _BY_STATUS: dict[int, type[TokenwireError]] = {
     405: MethodNotAllowedError,
     413: RequestTooLargeError,
     429: RateLimitError,
-    500: EngineError,
     503: ServiceUnavailableError,
 }
 

@@ -80,10 +80,10 @@ async def test_errors_are_typed(sdk: AsyncClient) -> None:
         await sdk.detokenize([1, 2])
     assert bad.value.param == "model"
     with pytest.raises(InvalidTokenIdError) as info:
-        await sdk.complete(MODEL, [5, 10**7])  # the version is filled in, the id is checked
+        await sdk.complete(MODEL, [253, 10**7])  # the version is filled in, the id is checked
     assert info.value.param == "prompt[1]"
     r = await sdk.chat(MODEL, [{"role": "user", "content": "x"},
-                               {"role": "assistant", "token_ids": [5]},
+                               {"role": "assistant", "token_ids": [253]},
                                {"role": "user", "content": "y"}])
     assert r.tokenizer_version is not None  # filled in from the model's card
 

@@ -155,7 +155,7 @@ MALFORMED: list[tuple[dict[str, Any], str, str | None]] = [
      "invalid_value", "messages[0].content[0]"),
     ({"messages": []}, "invalid_value", "messages"),
     ({"tokenizer_version": "smollm2-49k", "messages": [{"role": "user", "content": {
-        "type": "input_tokens", "token_ids": [5] * 9000}}]},
+        "type": "input_tokens", "token_ids": [253] * 9000}}]},
      "context_length_exceeded", "messages"),
     ({"messages": [{"role": "user", "content": "hi"}], "max_tokens": -1},
      "invalid_value", "max_tokens"),

@@ -11,7 +11,7 @@ import pytest
 
 from tokenwire.engines.base import Engine, FinishEvent, SamplingParams, TokenEvent
 from tokenwire.engines.llamacpp import LlamaCppEngine
-from tokenwire.errors import ServiceUnavailableError
+from tokenwire.errors import EngineError, RateLimitError, ServiceUnavailableError
 from tokenwire.serving.template import ChatTemplate, TemplateMessage
 from tokenwire.tokenizers.gguf import GGUFTokenizerInfo
 
@@ -160,3 +160,101 @@ async def test_a_stopped_engine_refuses(model_path) -> None:  # type: ignore[no-
     eng = LlamaCppEngine(model_path, model_id="m", max_model_len=256, n_parallel=1)
     with pytest.raises(ServiceUnavailableError):
         eng.generate([1, 2, 3], SamplingParams(max_tokens=1))
+
+
+async def test_a_full_queue_refuses_at_once(model_path) -> None:  # type: ignore[no-untyped-def]
+    eng = LlamaCppEngine(model_path, model_id="m", max_model_len=512, n_parallel=1,
+                         max_queued=1)
+    await eng.start()
+    try:
+        params = SamplingParams(max_tokens=200, temperature=0.0)
+        running = eng.generate([504, 3575, 282], params)
+        await running.__anext__()  # admitted, decoding
+        waiting = eng.generate([504, 3575, 282], params)  # queued behind it
+        with pytest.raises(RateLimitError) as info:
+            eng.generate([504], params)
+        assert info.value.headers["Retry-After"] == "1"
+        await running.aclose()  # type: ignore[attr-defined]
+        tokens = [ev async for ev in waiting]
+        assert isinstance(tokens[-1], FinishEvent)
+    finally:
+        await eng.aclose()
+
+
+async def test_a_failed_decode_fails_its_requests_and_the_engine_recovers(
+        engine: LlamaCppEngine, prompt_of, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    real = type(engine.llama).decode
+    calls = {"n": 0}
+
+    def flaky(self, batch):  # type: ignore[no-untyped-def]
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise RuntimeError("injected decode failure")
+        return real(self, batch)
+
+    monkeypatch.setattr(type(engine.llama), "decode", flaky)
+    p = prompt_of("Tell me a story.")
+    with pytest.raises(EngineError):
+        await run(engine, p, max_tokens=20)
+    assert engine.n_active == 0
+    monkeypatch.undo()
+    tokens, finish = await run(engine, p, max_tokens=5)
+    assert len(tokens) == 5 and finish.reason == "length"
+
+
+async def test_shutdown_ends_streams_cleanly(model_path) -> None:  # type: ignore[no-untyped-def]
+    eng = LlamaCppEngine(model_path, model_id="m", max_model_len=512, n_parallel=1)
+    await eng.start()
+    stream = eng.generate([504, 3575, 282], SamplingParams(max_tokens=400, temperature=0.0))
+    await stream.__anext__()
+    queued = eng.generate([504], SamplingParams(max_tokens=400, temperature=0.0))
+    await eng.aclose()
+    for s in (stream, queued):
+        with pytest.raises(ServiceUnavailableError):
+            async for _ in s:
+                pass
+
+
+def test_a_consumer_whose_loop_is_gone_does_not_stop_the_engine(engine: LlamaCppEngine,
+                                                                prompt_of) -> None:  # type: ignore[no-untyped-def]
+    async def start_and_abandon() -> None:
+        stream = engine.generate(prompt_of("Tell me a long story."),
+                                 SamplingParams(max_tokens=300, temperature=0.0))
+        await stream.__anext__()  # then the loop ends with the stream still open
+
+    asyncio.run(start_and_abandon())
+    tokens, _ = asyncio.run(run(engine, prompt_of("Say only yes."), max_tokens=4))
+    assert tokens
+    deadline = time.monotonic() + 10
+    while engine.n_active and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert engine.n_active == 0
+
+
+async def test_bad_prompts_never_reach_a_batch(engine: LlamaCppEngine) -> None:
+    from tokenwire.errors import ContextLengthExceededError, InvalidRequestError
+
+    p = SamplingParams(max_tokens=1)
+    with pytest.raises(InvalidRequestError):
+        engine.generate([], p)
+    with pytest.raises(ContextLengthExceededError):
+        engine.generate([253] * engine.info.max_model_len, p)
+    with pytest.raises(InvalidRequestError):
+        engine.generate([253, engine.info.vocab_size], p)
+    assert engine.n_waiting == 0
+
+
+async def test_idle_slots_count_before_the_queue(model_path) -> None:  # type: ignore[no-untyped-def]
+    eng = LlamaCppEngine(model_path, model_id="m", max_model_len=256, n_parallel=2,
+                         max_queued=0)
+    await eng.start()
+    try:
+        assert eng.info.max_sequences == 2
+        params = SamplingParams(max_tokens=3, temperature=0.0)
+        a, b = eng.generate([504], params), eng.generate([504], params)  # two free slots
+        with pytest.raises(RateLimitError):
+            eng.generate([504], params)
+        for s in (a, b):
+            assert isinstance([ev async for ev in s][-1], FinishEvent)
+    finally:
+        await eng.aclose()

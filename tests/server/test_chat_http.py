@@ -262,7 +262,7 @@ BAD: list[tuple[str, Any, int, str, str | None]] = [
      "response_format_tokens"),
     ("stream_options without stream", body(stream_options={"include_usage": True}), 400,
      "invalid_value", "stream_options"),
-    ("prompt too long", _ids([5] * 2100, tokenizer_version="smollm2-49k"), 400,
+    ("prompt too long", _ids([253] * 2100, tokenizer_version="smollm2-49k"), 400,
      "context_length_exceeded", "messages"),
     ("max_tokens too large", body(max_tokens=5000), 400, "context_length_exceeded",
      "max_tokens"),

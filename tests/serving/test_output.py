@@ -85,3 +85,23 @@ def test_text_after_the_stop_is_never_released(tok: HFTokenizer) -> None:
     assert joined(deltas)[1] == "one"
     assert dec.stop_string == "\n\n"
     assert dec.push(TokenEvent(5)) == Delta()
+
+
+@SETTINGS
+@given(ids=st.lists(st.sampled_from([30904, 15107, 232, 227, 46316, 47, 5549, 117, 81, 253]),
+                    max_size=12),
+       stops=st.lists(st.sampled_from([" va", "a", "?", "Bon", " "]), min_size=1, max_size=2))
+def test_stops_after_partial_characters(tok: HFTokenizer, ids: list[int],
+                                        stops: list[str]) -> None:
+    """Ids that leave a character incomplete before a stop string: text still equals ids."""
+    dec = OutputDecoder(tok, stops, token_aligned=True)
+    out_ids, out_text = joined(run(dec, ids))
+    assert out_text == tok.decode(out_ids)
+
+
+def test_stop_right_after_a_cut_character(tok: HFTokenizer) -> None:
+    ids = [30904, 15107, 46316, 47]  # "Bon", " \xf0\x9f" (half an emoji), " va", "?"
+    out_ids, out_text = joined(run(OutputDecoder(tok, [" va"], token_aligned=True), ids))
+    assert out_ids == [30904, 15107] and out_text == tok.decode(out_ids) == "Bon \ufffd"
+    _, plain = joined(run(OutputDecoder(tok, [" va"], token_aligned=False), ids))
+    assert plain == "Bon \ufffd"

@@ -54,3 +54,13 @@ def test_template_errors_are_400s(tok: HFTokenizer) -> None:
                      add_bos=False)
     with pytest.raises(InvalidRequestError, match="no system role"):
         t.render([TemplateMessage("system", [1])])
+
+
+def test_templates_see_name_and_tool_call_id(tok: HFTokenizer) -> None:
+    t = ChatTemplate("{% for m in messages %}{{ m['name'] }}|{{ m.get('tool_call_id', '-') }}:"
+                     "{{ m['content'] }};{% endfor %}", tok, bos_id=None, eos_id=None,
+                     add_bos=False)
+    ids = t.render([TemplateMessage("user", tok.encode("hi"), name="ann"),
+                    TemplateMessage("tool", tok.encode("42"), name="calc", tool_call_id="c1")],
+                   add_generation_prompt=False)
+    assert tok.decode(ids) == "ann|-:hi;calc|c1:42;"

@@ -75,6 +75,8 @@ class EngineInfo:
     vocab_size: int
     eog_ids: frozenset[int] = field(default_factory=frozenset)
     """End-of-generation tokens: sampling one ends the output with finish_reason "stop"."""
+    max_sequences: int | None = None
+    """Most sequences the engine holds at once, running and waiting (None: no fixed bound)."""
 
 
 @runtime_checkable

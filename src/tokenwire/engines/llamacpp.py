@@ -21,7 +21,14 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import EngineError, RateLimitError, ServiceUnavailableError
+from ..errors import (
+    ContextLengthExceededError,
+    EngineError,
+    InvalidRequestError,
+    InvalidTokenIdError,
+    RateLimitError,
+    ServiceUnavailableError,
+)
 from ._llama import Batch, LlamaModel, Sampler
 from .base import (
     EngineEvent,
@@ -103,6 +110,9 @@ class LlamaCppEngine:
     def __init__(self, path: str | Path, *, model_id: str, max_model_len: int | None = None,
                  n_parallel: int = 4, n_batch: int = 512, n_threads: int | None = None,
                  max_queued: int = 256):
+        if n_batch < n_parallel:
+            # every decoding sequence puts one token in each batch
+            raise ValueError(f"n_batch ({n_batch}) must be at least n_parallel ({n_parallel})")
         self._path = Path(path)
         self._model_id = model_id
         self._want_len = max_model_len
@@ -114,6 +124,7 @@ class LlamaCppEngine:
         self._info: EngineInfo | None = None
         self._waiting: deque[_Seq] = deque()
         self._active: list[_Seq] = []
+        self._free: list[int] = list(range(n_parallel))  # sequence slots; guarded by _cv
         self._cv = threading.Condition()
         self._thread: threading.Thread | None = None
         self._stopping = False
@@ -131,6 +142,7 @@ class LlamaCppEngine:
             max_model_len=self._llama.n_ctx_seq,
             vocab_size=self._llama.n_vocab,
             eog_ids=self._llama.eog_ids(),
+            max_sequences=self._n_parallel + self._max_queued,
         )
 
     async def start(self) -> None:
@@ -180,17 +192,30 @@ class LlamaCppEngine:
     def generate(self, prompt: Sequence[int], params: SamplingParams,
                  ) -> AsyncIterator[EngineEvent]:
         """Admit a sequence now (raising if the engine is down or its queue is full)."""
-        if self._thread is None or self._stopping:
-            raise ServiceUnavailableError("the engine is not running")
+        info = self.info
+        if not prompt:
+            raise InvalidRequestError("the prompt is empty", param="prompt")
+        if len(prompt) >= info.max_model_len:
+            raise ContextLengthExceededError(
+                f"a prompt of {len(prompt)} tokens leaves no room in {info.max_model_len}")
+        if min(prompt) < 0 or max(prompt) >= info.vocab_size:
+            raise InvalidTokenIdError("a prompt id is outside the vocabulary")
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[EngineEvent | BaseException] = asyncio.Queue()
+        seq = _Seq(prompt=list(prompt), params=params, emit=lambda ev: None)
 
         def emit(ev: EngineEvent | BaseException) -> None:
-            loop.call_soon_threadsafe(queue.put_nowait, ev)
+            try:
+                loop.call_soon_threadsafe(queue.put_nowait, ev)
+            except RuntimeError:  # the consumer's event loop is gone: nobody is listening
+                seq.cancelled = True
 
-        seq = _Seq(prompt=list(prompt), params=params, emit=emit)
+        seq.emit = emit
         with self._cv:
-            if len(self._waiting) >= self._max_queued:
+            if self._stopping or self._thread is None or not self._thread.is_alive():
+                raise ServiceUnavailableError("the engine is not running")
+            # sequences beyond the free slots wait; at most max_queued of them
+            if len(self._waiting) - len(self._free) >= self._max_queued:
                 raise RateLimitError("too many requests are waiting for the engine")
             self._waiting.append(seq)
             self._cv.notify()
@@ -206,8 +231,8 @@ class LlamaCppEngine:
 
     def _run(self) -> None:
         llama = self.llama
-        batch = Batch(max(self._n_batch, self._n_parallel))
-        free_slots = list(range(self._n_parallel))
+        batch = Batch(self._n_batch)
+        free_slots = self._free
         try:
             while True:
                 with self._cv:
@@ -231,10 +256,11 @@ class LlamaCppEngine:
                     log.exception("engine step failed")
                     with self._cv:
                         for seq in list(self._active):
+                            self._release(seq, free_slots)  # free first, then tell
                             seq.emit(EngineError(f"the engine failed: {exc}"))
-                            self._release(seq, free_slots)
         finally:
             with self._cv:
+                self._stopping = True  # also when the loop died: refuse new work from now on
                 for seq in [*self._active, *self._waiting]:
                     seq.emit(ServiceUnavailableError("the engine shut down"))
                     seq.done = True
@@ -313,9 +339,9 @@ class LlamaCppEngine:
             if seq.n_out == 0 and seq.params.prompt_logprobs is not None:
                 seq.emit(PromptLogprobsEvent(tuple(seq.prompt_lp)))
             if seq.params.max_tokens <= 0:
-                seq.emit(FinishEvent("length"))
                 with self._cv:
                     self._release(seq, free_slots)
+                seq.emit(FinishEvent("length"))
                 continue
             self._sample(llama, seq, free_slots)
 
@@ -336,6 +362,6 @@ class LlamaCppEngine:
             if seq.n_out >= seq.params.max_tokens or full:
                 finished = FinishEvent("length")
         if finished is not None:
-            seq.emit(finished)
             with self._cv:
                 self._release(seq, free_slots)
+            seq.emit(finished)

@@ -7,7 +7,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import BeforeValidator, Discriminator, Field, Tag
 
 from ._base import RequestModel, ResponseModel
-from .common import StreamOptions, TokenId, TokenLogprob, Usage
+from .common import ResponseWarning, StreamOptions, TokenId, TokenLogprob, Usage
 
 __all__ = [
     "ChatChoice",
@@ -194,7 +194,7 @@ class ChatChoice(ResponseModel):
 class _TokenNative(ResponseModel):
     omit_if_none = frozenset(
         {"prompt_token_ids", "tokenizer_version", "token_ids_source", "usage",
-         "system_fingerprint"}
+         "system_fingerprint", "warnings"}
     )
     id: str
     created: int
@@ -206,6 +206,8 @@ class _TokenNative(ResponseModel):
     """Full id of the version every id in this response belongs to."""
     token_ids_source: Literal["sampled", "translated", "retokenized"] | None = None
     """Provenance of the output ids: "sampled" only when they are the ones the model sampled."""
+    warnings: list[ResponseWarning] | None = None
+    """E.g. ids flagged as non-canonical (streams: on the first chunk)."""
 
 
 class ChatCompletion(_TokenNative):

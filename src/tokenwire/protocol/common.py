@@ -14,6 +14,7 @@ __all__ = [
     "LogprobEntry",
     "ModelCard",
     "ModelList",
+    "ResponseWarning",
     "StreamOptions",
     "TokenId",
     "TokenLogprob",
@@ -28,6 +29,14 @@ TokenId = Annotated[StrictInt, Field(ge=0)]
 class StreamOptions(RequestModel):
     include_usage: bool = False
     """Send a last chunk with `choices: []` and the request's `usage`."""
+
+
+class ResponseWarning(ResponseModel):
+    """Something the server accepted but wants the client to know (e.g. non-canonical ids)."""
+
+    code: str
+    param: str | None
+    message: str
 
 
 class Usage(ResponseModel):

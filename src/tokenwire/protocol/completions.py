@@ -7,7 +7,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import BeforeValidator, Discriminator, Field, Tag
 
 from ._base import RequestModel, ResponseModel
-from .common import StreamOptions, TokenId, Usage
+from .common import ResponseWarning, StreamOptions, TokenId, Usage
 
 __all__ = [
     "Completion",
@@ -120,7 +120,7 @@ class CompletionChoice(ResponseModel):
 
 class _CompletionBase(ResponseModel):
     omit_if_none = frozenset({"tokenizer_version", "token_ids_source", "usage",
-                              "system_fingerprint"})
+                              "system_fingerprint", "warnings"})
     id: str
     object: Literal["text_completion"] = "text_completion"
     created: int
@@ -130,6 +130,7 @@ class _CompletionBase(ResponseModel):
     system_fingerprint: str | None = None
     tokenizer_version: str | None = None
     token_ids_source: Literal["sampled", "translated", "retokenized"] | None = None
+    warnings: list[ResponseWarning] | None = None
 
 
 class Completion(_CompletionBase):

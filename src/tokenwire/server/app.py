@@ -7,15 +7,19 @@ import logging
 from collections.abc import AsyncIterator
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 
 from ..config import Settings
+from ..policy import load_policy
 from ..serving.chat import ChatService
 from ..serving.completions import CompletionService
+from ..serving.guard import Guard
 from ..serving.loader import load_gguf_model
 from ..serving.models import ModelRegistry
 from ..serving.tokenize import TokenizeService
 from ..tokenizers.registry import TokenizerRegistry
 from .errors import exception_handlers
+from .middleware import ApiKeyAuth, BodyLimit
 from .routes import routes
 
 __all__ = ["create_app"]
@@ -33,6 +37,9 @@ def create_app(settings: Settings | None = None, *, models: ModelRegistry | None
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        if not settings.api_keys and settings.host not in ("127.0.0.1", "localhost", "::1"):
+            log.warning("listening on %s without API keys: anyone who can reach it may use it "
+                        "(set TOKENWIRE_API_KEYS)", settings.host)
         n = tokenizers.load_store()
         log.info("%d tokenizer versions in %s", n, settings.tokenizer_store)
         if not preloaded:
@@ -45,11 +52,17 @@ def create_app(settings: Settings | None = None, *, models: ModelRegistry | None
             for m in models.all():
                 await m.engine.aclose()
 
-    app = Starlette(routes=routes, exception_handlers=exception_handlers, lifespan=lifespan)
+    app = Starlette(
+        routes=routes, exception_handlers=exception_handlers, lifespan=lifespan,
+        # outermost first: a request without a valid key is refused before its body is read
+        middleware=[Middleware(ApiKeyAuth, keys=settings.api_keys),
+                    Middleware(BodyLimit, max_bytes=settings.max_body_bytes)],
+    )
     app.state.settings = settings
     app.state.models = models
     app.state.tokenizers = tokenizers
-    app.state.chat = ChatService(models, tokenizers, settings)
-    app.state.completions = CompletionService(models, tokenizers, settings)
+    guard = Guard(settings, load_policy(settings.content_policy))
+    app.state.chat = ChatService(models, tokenizers, settings, guard)
+    app.state.completions = CompletionService(models, tokenizers, settings, guard)
     app.state.tokenize = TokenizeService(models, tokenizers, settings)
     return app

@@ -9,25 +9,24 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from ..errors import (
-    EngineError,
     InvalidRequestError,
     MethodNotAllowedError,
     NotFoundError,
     TokenwireError,
 )
 
-__all__ = ["exception_handlers"]
+__all__ = ["exception_handlers", "render_error"]
 
 log = logging.getLogger(__name__)
 
 
-def _render(exc: TokenwireError) -> Response:
+def render_error(exc: TokenwireError) -> Response:
     return JSONResponse(exc.to_body(), status_code=exc.status_code, headers=exc.headers or None)
 
 
 async def _tokenwire(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, TokenwireError)
-    return _render(exc)
+    return render_error(exc)
 
 
 async def _http(request: Request, exc: Exception) -> Response:
@@ -41,12 +40,13 @@ async def _http(request: Request, exc: Exception) -> Response:
         err = NotFoundError(f"no route {where}")
     else:
         err = InvalidRequestError(str(exc.detail))
-    return _render(err)
+    return render_error(err)
 
 
 async def _unexpected(request: Request, exc: Exception) -> Response:
     log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
-    return _render(EngineError(f"internal error: {type(exc).__name__}", code="internal_error"))
+    return render_error(TokenwireError(f"internal error: {type(exc).__name__}",
+                                       code="internal_error"))
 
 
 exception_handlers = {

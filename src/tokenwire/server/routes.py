@@ -129,7 +129,8 @@ async def tokenizer_artifact(request: Request) -> Response:
         "X-Tokenwire-Sha256": art.sha256,
         "X-Tokenwire-Tokenizer-Version": art.version,
     }
-    if etag in request.headers.get("if-none-match", ""):
+    wanted = [t.strip() for t in request.headers.get("if-none-match", "").split(",")]
+    if etag in wanted or "*" in wanted:
         return Response(status_code=304, headers=headers)
     return Response(art.data, media_type="application/json", headers=headers)
 

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 
 from pydantic import BaseModel
 
-from ..errors import EngineError, TokenwireError
+from ..errors import TokenwireError
 from ._json import dumps
 
 __all__ = ["sse_frames"]
@@ -29,7 +29,7 @@ async def sse_frames(events: AsyncIterator[BaseModel]) -> AsyncIterator[bytes]:
         yield b"data: " + dumps(exc.to_body()) + b"\n\n"
     except Exception as exc:  # noqa: BLE001 - the stream must end in the OpenAI shape
         log.exception("stream failed")
-        err = EngineError(f"the stream failed: {type(exc).__name__}")
+        err = TokenwireError(f"the stream failed: {type(exc).__name__}", code="internal_error")
         yield b"data: " + dumps(err.to_body()) + b"\n\n"
     finally:
         aclose = getattr(events, "aclose", None)

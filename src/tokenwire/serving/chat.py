@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import Settings
-from ..errors import InvalidRequestError
+from ..errors import ContentPolicyViolationError, InvalidRequestError
 from ..protocol.chat import (
     ChatChoice,
     ChatChunkChoice,
@@ -25,12 +25,13 @@ from ..protocol.chat import (
     ChoiceLogprobs,
     ResponseMessage,
 )
-from ..protocol.common import Usage
+from ..protocol.common import ResponseWarning, Usage
 from ..tokenizers.registry import TokenizerRegistry
 from .checks import check_generation_request
 from .generation import ChoiceUpdate, collect, run_choices
+from .guard import Guard
 from .logprobs import chat_logprobs
-from .messages import check_messages, message_id_spans, render_messages
+from .messages import check_messages, message_id_spans, message_texts, render_messages
 from .models import ModelRegistry, ServedModel
 from .sampling import choice_params, completion_budget
 from .tokens import TokenSpace, check_id_range, resolve_token_space
@@ -44,6 +45,7 @@ class _Plan:
     model: ServedModel
     space: TokenSpace
     prompt: list[int]
+    warnings: list[ResponseWarning] | None = None
     id: str = field(default_factory=lambda: f"chatcmpl-{uuid.uuid4().hex}")
     created: int = field(default_factory=lambda: int(time.time()))
 
@@ -72,13 +74,18 @@ def _check_shape(req: ChatCompletionRequest, settings: Settings) -> None:
         raise InvalidRequestError("top_logprobs requires logprobs to be true",
                                   param="top_logprobs", code="invalid_value")
     check_messages(req.messages)
+    if len(req.messages) > settings.max_messages:
+        raise InvalidRequestError(f"at most {settings.max_messages} messages per request",
+                                  param="messages", code="invalid_value")
 
 
 class ChatService:
-    def __init__(self, models: ModelRegistry, tokenizers: TokenizerRegistry, settings: Settings):
+    def __init__(self, models: ModelRegistry, tokenizers: TokenizerRegistry, settings: Settings,
+                 guard: Guard):
         self._models = models
         self._tokenizers = tokenizers
         self._settings = settings
+        self._guard = guard
 
     def plan(self, req: ChatCompletionRequest) -> _Plan:
         """Everything checked and the prompt built; nothing has reached the engine yet."""
@@ -92,8 +99,13 @@ class ChatService:
             require_version=self._settings.require_tokenizer_version,
         )
         check_id_range(spans, space.client.tokenizer)
+        warnings = self._guard.check_ids(spans, space.client.tokenizer)
+        texts = message_texts(req.messages, space)
+        self._guard.check_texts([(f"messages[{i}].content", t) for i, t in enumerate(texts)],
+                                "messages")
         prompt = render_messages(req.messages, space, model.chat_template())
-        return _Plan(req=req, model=model, space=space, prompt=prompt)
+        return _Plan(req=req, model=model, space=space, prompt=prompt,
+                     warnings=warnings or None)
 
     async def _start(self, plan: _Plan) -> AsyncGenerator[ChoiceUpdate, None]:
         req = plan.req
@@ -102,6 +114,7 @@ class ChatService:
             prompt_len=len(plan.prompt), max_model_len=plan.model.max_model_len,
             requested=requested, prompt_param="messages",
             limit_param="max_completion_tokens" if req.max_completion_tokens else "max_tokens",
+            cap=self._settings.max_tokens_limit,
         )
         params = choice_params(
             n=req.n, max_tokens=budget, temperature=req.temperature, top_p=req.top_p,
@@ -110,7 +123,8 @@ class ChatService:
         )
         return await run_choices(plan.model.engine, [(plan.prompt, p) for p in params],
                                  plan.model.tokenizer, req.stop or (),
-                                 token_aligned=plan.wants_ids)
+                                 token_aligned=plan.wants_ids,
+                                 output_check=self._guard.output_check())
 
     # -- responses -----------------------------------------------------------------------------
 
@@ -138,6 +152,7 @@ class ChatService:
         completion = sum(a.n_sampled for a in acc)
         return ChatCompletion(
             **plan.envelope(),
+            warnings=plan.warnings,
             choices=choices,
             usage=Usage(prompt_tokens=len(plan.prompt), completion_tokens=completion,
                         total_tokens=len(plan.prompt) + completion),
@@ -166,6 +181,7 @@ class ChatService:
                     role="assistant", content=None if only else "", token_ids=no_ids))],
                 prompt_token_ids=plan.prompt if first and req.return_token_ids
                 and not plan.space.translate else None,
+                warnings=plan.warnings if first else None,
             )
             first = False
         completion = 0
@@ -190,6 +206,9 @@ class ChatService:
                         finish_reason=u.finish_reason,
                         stop_reason=u.stop_reason if plan.wants_ids else None,
                     )])
+                    if u.finish_reason == "content_filter":
+                        raise ContentPolicyViolationError(
+                            "the output was stopped by the server's content policy")
         finally:
             aclose = getattr(updates, "aclose", None)
             if aclose is not None:

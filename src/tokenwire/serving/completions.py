@@ -16,8 +16,12 @@ from typing import Any
 
 from ..config import Settings
 from ..engines.base import TokenEvent
-from ..errors import InvalidRequestError, UnsupportedParameterError
-from ..protocol.common import Usage
+from ..errors import (
+    ContentPolicyViolationError,
+    InvalidRequestError,
+    UnsupportedParameterError,
+)
+from ..protocol.common import ResponseWarning, Usage
 from ..protocol.completions import (
     Completion,
     CompletionChoice,
@@ -28,6 +32,7 @@ from ..protocol.completions import (
 from ..tokenizers.registry import TokenizerRegistry
 from .checks import check_generation_request
 from .generation import ChoiceUpdate, collect, run_choices
+from .guard import Guard
 from .logprobs import LegacyLogprobs
 from .models import ModelRegistry, ServedModel
 from .sampling import choice_params, completion_budget
@@ -56,6 +61,7 @@ class _Plan:
     space: TokenSpace
     params: list[str]
     prompts: list[list[int]]
+    warnings: list[ResponseWarning] | None = None
     id: str = field(default_factory=lambda: f"cmpl-{uuid.uuid4().hex}")
     created: int = field(default_factory=lambda: int(time.time()))
 
@@ -82,10 +88,12 @@ class _Plan:
 
 
 class CompletionService:
-    def __init__(self, models: ModelRegistry, tokenizers: TokenizerRegistry, settings: Settings):
+    def __init__(self, models: ModelRegistry, tokenizers: TokenizerRegistry, settings: Settings,
+                 guard: Guard):
         self._models = models
         self._tokenizers = tokenizers
         self._settings = settings
+        self._guard = guard
 
     def plan(self, req: CompletionRequest) -> _Plan:
         check_generation_request(req, self._settings,
@@ -95,6 +103,9 @@ class CompletionService:
                                             param="best_of")
         model = self._models.get(req.model)
         prompts = _prompts(req)
+        if len(prompts) > self._settings.max_prompts:
+            raise InvalidRequestError(f"at most {self._settings.max_prompts} prompts per "
+                                      "request", param="prompt", code="invalid_value")
         spans = [IdSpan(param, p) for param, p in prompts if not isinstance(p, str)]
         space = resolve_token_space(
             target=model.tokenizer_entry, target_name=f"model {model.id!r}",
@@ -103,6 +114,10 @@ class CompletionService:
             require_version=self._settings.require_tokenizer_version,
         )
         check_id_range(spans, space.client.tokenizer)
+        warnings = self._guard.check_ids(spans, space.client.tokenizer)
+        dec = space.client.tokenizer.decode
+        self._guard.check_texts(
+            [(param, p if isinstance(p, str) else dec(p)) for param, p in prompts], "prompt")
         tok = model.tokenizer
         entry = model.tokenizer_entry
         ids: list[list[int]] = []
@@ -121,7 +136,7 @@ class CompletionService:
                                           code="invalid_value")
             ids.append(got)
         return _Plan(req=req, model=model, space=space, params=[p for p, _ in prompts],
-                     prompts=ids)
+                     prompts=ids, warnings=warnings or None)
 
     async def _start(self, plan: _Plan) -> AsyncGenerator[ChoiceUpdate, None]:
         req = plan.req
@@ -131,6 +146,7 @@ class CompletionService:
             budget = completion_budget(
                 prompt_len=len(prompt), max_model_len=plan.model.max_model_len,
                 requested=req.max_tokens, prompt_param=param, limit_param="max_tokens",
+                cap=self._settings.max_tokens_limit,
             )
             for p in choice_params(
                 n=req.n, max_tokens=budget, temperature=req.temperature, top_p=req.top_p,
@@ -139,7 +155,8 @@ class CompletionService:
             ):
                 jobs.append((prompt, p))
         return await run_choices(plan.model.engine, jobs, plan.model.tokenizer,
-                                 req.stop or (), token_aligned=req.return_token_ids)
+                                 req.stop or (), token_aligned=req.return_token_ids,
+                                 output_check=self._guard.output_check())
 
     def _prompt_events(self, plan: _Plan, choice: int,
                        scored: tuple[TokenEvent, ...]) -> list[TokenEvent]:
@@ -169,7 +186,7 @@ class CompletionService:
                 and not plan.space.translate else None,
                 stop_reason=a.stop_reason if req.return_token_ids else None,
             ))
-        return Completion(**plan.envelope(), choices=choices,
+        return Completion(**plan.envelope(), warnings=plan.warnings, choices=choices,
                           usage=plan.usage(sum(a.n_sampled for a in acc)))
 
     async def stream(self, req: CompletionRequest) -> AsyncIterator[CompletionChunk]:
@@ -190,7 +207,8 @@ class CompletionService:
                   ids: list[int] | None = None, first: bool = False,
                   finish: str | None = None, stop_reason: int | str | None = None,
                   ) -> CompletionChunk:
-            return CompletionChunk(**env, choices=[CompletionChoice(
+            return CompletionChunk(**env, warnings=plan.warnings if first else None,
+                                   choices=[CompletionChoice(
                 text=text, index=c, logprobs=logprobs,
                 finish_reason=finish,
                 token_ids=ids if ids_on else None,
@@ -220,5 +238,8 @@ class CompletionService:
                     completion += u.n_sampled
                     yield chunk(c, "", ids=[], finish=u.finish_reason,
                                 stop_reason=u.stop_reason)
+                    if u.finish_reason == "content_filter":
+                        raise ContentPolicyViolationError(
+                            "the output was stopped by the server's content policy")
         if req.stream_options is not None and req.stream_options.include_usage:
             yield CompletionChunk(**env, choices=[], usage=plan.usage(completion))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 
 from ..engines.base import (
@@ -20,6 +20,7 @@ from ..engines.base import (
     SamplingParams,
     TokenEvent,
 )
+from ..errors import InvalidRequestError
 from ..tokenizers.hf import HFTokenizer
 from .output import Delta, OutputDecoder
 
@@ -74,14 +75,25 @@ async def collect(updates: AsyncGenerator[ChoiceUpdate, None], n: int) -> list[C
     return results
 
 
+OutputCheck = Callable[[str], object | None]
+
+
 async def _pump(index: int, stream: AsyncIterator[EngineEvent], decoder: OutputDecoder,
-                out: asyncio.Queue[ChoiceUpdate | BaseException]) -> None:
+                out: asyncio.Queue[ChoiceUpdate | BaseException],
+                check: OutputCheck | None) -> None:
     n_sampled = 0
+    text = ""
     try:
         async for ev in stream:
             if isinstance(ev, TokenEvent):
                 n_sampled += 1
                 delta = decoder.push(ev)
+                if check is not None and delta.text:
+                    text += delta.text
+                    if check(text) is not None:  # withhold the delta that completed it
+                        out.put_nowait(ChoiceUpdate(index, Delta(), "content_filter", None,
+                                                    n_sampled))
+                        return
                 if decoder.stop_string is not None:
                     out.put_nowait(ChoiceUpdate(index, delta, "stop", decoder.stop_string,
                                                 n_sampled))
@@ -108,8 +120,14 @@ async def _pump(index: int, stream: AsyncIterator[EngineEvent], decoder: OutputD
 
 async def run_choices(engine: Engine, jobs: Sequence[tuple[Sequence[int], SamplingParams]],
                       tokenizer: HFTokenizer, stop: Sequence[str], *,
-                      token_aligned: bool) -> AsyncGenerator[ChoiceUpdate, None]:
+                      token_aligned: bool, output_check: OutputCheck | None = None,
+                      ) -> AsyncGenerator[ChoiceUpdate, None]:
     """One choice per (prompt, params) job; updates carry the job's index."""
+    most = engine.info.max_sequences
+    if most is not None and len(jobs) > most:
+        raise InvalidRequestError(
+            f"this request needs {len(jobs)} sequences (prompts x n); this server holds at "
+            f"most {most} at once", param="n", code="invalid_value")
     streams: list[AsyncIterator[EngineEvent]] = []
     try:
         for prompt, p in jobs:
@@ -121,14 +139,14 @@ async def run_choices(engine: Engine, jobs: Sequence[tuple[Sequence[int], Sampli
                 await aclose()
         raise
     decoders = [OutputDecoder(tokenizer, stop, token_aligned=token_aligned) for _ in streams]
-    return _merge(streams, decoders)
+    return _merge(streams, decoders, output_check)
 
 
-async def _merge(streams: list[AsyncIterator[EngineEvent]],
-                 decoders: list[OutputDecoder]) -> AsyncGenerator[ChoiceUpdate, None]:
+async def _merge(streams: list[AsyncIterator[EngineEvent]], decoders: list[OutputDecoder],
+                 check: OutputCheck | None) -> AsyncGenerator[ChoiceUpdate, None]:
     queue: asyncio.Queue[ChoiceUpdate | BaseException] = asyncio.Queue()
     tasks = [
-        asyncio.create_task(_pump(i, s, d, queue))
+        asyncio.create_task(_pump(i, s, d, queue, check))
         for i, (s, d) in enumerate(zip(streams, decoders, strict=True))
     ]
     try:

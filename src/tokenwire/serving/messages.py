@@ -13,7 +13,7 @@ from ..protocol.chat import ChatMessage, InputTokensBlock, TextBlock
 from .template import ChatTemplate, TemplateMessage
 from .tokens import IdSpan, TokenSpace
 
-__all__ = ["check_messages", "message_id_spans", "render_messages"]
+__all__ = ["check_messages", "message_id_spans", "message_texts", "render_messages"]
 
 
 def check_messages(messages: Sequence[ChatMessage]) -> None:
@@ -38,16 +38,18 @@ def message_id_spans(messages: Sequence[ChatMessage]) -> list[IdSpan]:
     """Every run of ids the messages carry, with its param path."""
     spans = []
     for i, m in enumerate(messages):
+        mine = m.role == "assistant"
         if m.token_ids is not None:
-            spans.append(IdSpan(f"messages[{i}].token_ids", m.token_ids))
+            spans.append(IdSpan(f"messages[{i}].token_ids", m.token_ids, mine))
             continue
         c = m.content
         if isinstance(c, InputTokensBlock):
-            spans.append(IdSpan(f"messages[{i}].content.token_ids", c.token_ids))
+            spans.append(IdSpan(f"messages[{i}].content.token_ids", c.token_ids, mine))
         elif isinstance(c, list):
             for j, b in enumerate(c):
                 if isinstance(b, InputTokensBlock):
-                    spans.append(IdSpan(f"messages[{i}].content[{j}].token_ids", b.token_ids))
+                    spans.append(IdSpan(f"messages[{i}].content[{j}].token_ids", b.token_ids,
+                                        mine))
     return spans
 
 
@@ -76,5 +78,30 @@ def _content_ids(m: ChatMessage, space: TokenSpace) -> list[int]:
 
 def render_messages(messages: Sequence[ChatMessage], space: TokenSpace,
                     template: ChatTemplate, *, add_generation_prompt: bool = True) -> list[int]:
-    return template.render([TemplateMessage(m.role, _content_ids(m, space)) for m in messages],
-                           add_generation_prompt=add_generation_prompt)
+    return template.render(
+        [TemplateMessage(m.role, _content_ids(m, space),
+                         **{k: v for k, v in (("name", m.name), ("tool_call_id", m.tool_call_id))
+                            if v is not None})
+         for m in messages],
+        add_generation_prompt=add_generation_prompt)
+
+
+def message_texts(messages: Sequence[ChatMessage], space: TokenSpace) -> list[str]:
+    """Each message's content as text (ids decoded with their own version): what the content
+    policy reads, whichever way the content was sent."""
+    dec = space.client.tokenizer.decode
+    out = []
+    for m in messages:
+        c = m.content
+        if m.token_ids is not None:
+            out.append(dec(m.token_ids))
+        elif isinstance(c, str):
+            out.append(c)
+        elif isinstance(c, TextBlock):
+            out.append(c.text)
+        elif isinstance(c, InputTokensBlock):
+            out.append(dec(c.token_ids))
+        else:
+            out.append("".join(b.text if isinstance(b, TextBlock) else dec(b.token_ids)
+                               for b in c or []))
+    return out

@@ -70,6 +70,7 @@ class OutputDecoder:
             # the text of the straddling token that precedes the stop string (not its id)
             released = sum(len(b) for b in self._held_bytes[:n])
             delta.text += self._utf8.decode(data[released:at])
+        delta.text += self._utf8.decode(b"", final=True)  # nothing more will follow
         self._held, self._held_bytes = [], []
         return delta
 

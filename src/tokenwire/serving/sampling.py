@@ -10,9 +10,26 @@ from ..errors import ContextLengthExceededError, InvalidRequestError
 __all__ = ["choice_params", "completion_budget"]
 
 
+_MASK64 = (1 << 64) - 1
+
+
+def _seed32(seed: int) -> int:
+    """A 64-bit seed mixed down (splitmix64) to the 32 bits llama.cpp takes, never its
+    "random" value 0xFFFFFFFF: every distinct seed stays distinct and reproducible."""
+    z = (seed + 0x9E3779B97F4A7C15) & _MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+    z = (z ^ (z >> 31)) & 0xFFFFFFFF
+    return z if z != 0xFFFFFFFF else 0xFFFFFFFE
+
+
 def completion_budget(*, prompt_len: int, max_model_len: int, requested: int | None,
-                      prompt_param: str, limit_param: str) -> int:
-    """How many tokens may be sampled: `requested`, or all the room the prompt leaves."""
+                      prompt_param: str, limit_param: str, cap: int | None = None) -> int:
+    """How many tokens may be sampled: `requested`, or all the room the prompt leaves (within
+    the server's `cap`)."""
+    if cap is not None and requested is not None and requested > cap:
+        raise InvalidRequestError(f"{limit_param} must be at most {cap} on this server",
+                                  param=limit_param, code="invalid_value")
     room = max_model_len - prompt_len
     if requested is None:
         if room <= 0:
@@ -22,7 +39,7 @@ def completion_budget(*, prompt_len: int, max_model_len: int, requested: int | N
                 "completion. Please reduce the length of the prompt.",
                 param=prompt_param,
             )
-        return room
+        return room if cap is None else min(room, cap)
     if requested > room:
         raise ContextLengthExceededError(
             f"This model's maximum context length is {max_model_len} tokens. However, you "
@@ -42,13 +59,13 @@ def choice_params(*, n: int, max_tokens: int, temperature: float | None, top_p: 
     differ; without a seed every choice gets a fresh random one."""
     if seed is not None and not -(2**63) <= seed < 2**64:
         raise InvalidRequestError("seed must fit in 64 bits", param="seed", code="invalid_value")
-    base = seed if seed is not None else secrets.randbits(32)
+    base = seed if seed is not None else secrets.randbits(64)
     return [
         SamplingParams(
             max_tokens=max_tokens,
             temperature=1.0 if temperature is None else temperature,
             top_p=1.0 if top_p is None else top_p,
-            seed=(base + i) & 0xFFFFFFFF,
+            seed=_seed32(base + i),
             logprobs=logprobs,
             presence_penalty=presence_penalty,
             frequency_penalty=frequency_penalty,

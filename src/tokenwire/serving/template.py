@@ -32,13 +32,15 @@ _MARK_RE = re.compile("\ue000tw(\\d+)\ue001")
 
 
 class TemplateMessage:
-    """A message as the template sees it: its role, and its content as ids."""
+    """A message as the template sees it: its role, its content as ids, and other fields
+    templates may read (`name`, `tool_call_id`)."""
 
-    __slots__ = ("ids", "role")
+    __slots__ = ("extra", "ids", "role")
 
-    def __init__(self, role: str, ids: Sequence[int]):
+    def __init__(self, role: str, ids: Sequence[int], **extra: str):
         self.role = role
         self.ids = ids
+        self.extra = extra
 
 
 def _raise(message: str) -> None:
@@ -66,7 +68,8 @@ class ChatTemplate:
                add_generation_prompt: bool = True) -> list[int]:
         """The prompt ids of a conversation, ready for the engine."""
         marked: list[dict[str, Any]] = [
-            {"role": m.role, "content": _MARK.format(i)} for i, m in enumerate(messages)
+            {**m.extra, "role": m.role, "content": _MARK.format(i)}
+            for i, m in enumerate(messages)
         ]
         try:
             text = self._template.render(messages=marked,

@@ -6,7 +6,13 @@ Every id a client sends is tied to a tokenizer version. The rules (API.md):
 - a version not registered: 400 unknown_tokenizer_version;
 - a registered version that is not the model's: 400 tokenizer_version_mismatch naming the
   model's version, unless the request opts into `tokenizer_fallback: "translate"`;
-- ids outside the version's vocabulary: 400 invalid_token_id at the exact param path.
+- ids outside the version's vocabulary: 400 invalid_token_id at the exact param path;
+- control tokens (chat markers, BOS/EOS) among them: 400 special_token_not_allowed, unless the
+  server allows them (typed marker strings never become control tokens: text is encoded with
+  control-token parsing off);
+- ids that are not the tokenizer's own encoding of their text (non-canonical): allowed, flagged
+  or refused by setting. Ids a model sampled are often non-canonical and must round-trip, so
+  the default is to allow; the content policy sees the decoded text either way.
 """
 
 from __future__ import annotations
@@ -16,13 +22,22 @@ from dataclasses import dataclass
 
 from ..errors import (
     InvalidTokenIdError,
+    SpecialTokenNotAllowedError,
     TokenizerVersionMismatchError,
     TokenizerVersionRequiredError,
 )
 from ..tokenizers.hf import HFTokenizer
 from ..tokenizers.registry import TokenizerEntry, TokenizerRegistry
 
-__all__ = ["IdSpan", "TokenSpace", "check_id_range", "resolve_token_space"]
+__all__ = [
+    "IdSpan",
+    "TokenSpace",
+    "check_id_range",
+    "check_special_ids",
+    "is_canonical",
+    "resolve_token_space",
+    "valid_utf8_span",
+]
 
 
 @dataclass(frozen=True)
@@ -31,6 +46,8 @@ class IdSpan:
 
     param: str
     ids: Sequence[int]
+    assistant: bool = False
+    """Assistant history (ids a model sampled), which safety settings may treat apart."""
 
 
 @dataclass(frozen=True)
@@ -86,3 +103,62 @@ def check_id_range(spans: Sequence[IdSpan], tokenizer: HFTokenizer) -> None:
                     f"(vocabulary of {n}: ids 0..{n - 1})",
                     param=f"{span.param}[{k}]",
                 )
+
+
+def check_special_ids(spans: Sequence[IdSpan], tokenizer: HFTokenizer) -> None:
+    """Control tokens in client ids would let a user forge structure
+    (`<|im_end|><|im_start|>system`): refused, at their exact position."""
+    special = tokenizer.special_ids
+    for span in spans:
+        if special.isdisjoint(span.ids):
+            continue
+        for k, t in enumerate(span.ids):
+            if t in special:
+                raise SpecialTokenNotAllowedError(
+                    f"token id {t} is the control token {tokenizer.token_str(t)!r}; control "
+                    "tokens are not allowed in client ids (this server does not allow them)",
+                    param=f"{span.param}[{k}]",
+                )
+
+
+def valid_utf8_span(pieces: Sequence[bytes]) -> tuple[int, int]:
+    """The ids [a, b) whose bytes lie wholly inside the block's valid UTF-8, leaving out ids
+    that carry part of a character cut at the block's start or end."""
+    data = b"".join(pieces)
+    start = 0
+    while start < len(data) and start < 3 and (data[start] & 0xC0) == 0x80:
+        start += 1  # continuation bytes of a character that began in an earlier block
+    end = len(data)
+    for back in range(1, min(4, len(data) - start) + 1):
+        lead = data[end - back]
+        if (lead & 0xC0) == 0x80:
+            continue
+        need = 2 if lead >> 5 == 0b110 else 3 if lead >> 4 == 0b1110 else 4 if lead >> 3 == \
+            0b11110 else 1
+        if need > back:
+            end -= back  # a character whose last bytes are in a later block
+        break
+    a, pos = 0, 0
+    while a < len(pieces) and pos < start:
+        pos += len(pieces[a])
+        a += 1
+    b, pos = len(pieces), len(data)
+    while b > a and pos > end:
+        pos -= len(pieces[b - 1])
+        b -= 1
+    return a, b
+
+
+def is_canonical(ids: Sequence[int], tokenizer: HFTokenizer) -> bool:
+    """Are `ids` the tokenizer's own encoding of their text (edges cut mid-character aside)?"""
+    if not ids:
+        return True
+    pieces = [tokenizer.token_bytes(t) for t in ids]
+    a, b = valid_utf8_span(pieces)
+    inner = list(ids[a:b])
+    data = b"".join(pieces[a:b])
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False  # invalid UTF-8 inside the block: no text has these ids as its encoding
+    return tokenizer.encode(text) == inner

@@ -1,0 +1,79 @@
+"""ASGI middleware in front of every route: API keys, then the body-size limit.
+
+They sit outside the router's exception handlers, so they render their errors themselves,
+with the same function (`render_error`).
+"""
+
+from __future__ import annotations
+
+import hmac
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ..errors import AuthenticationError, RequestTooLargeError
+from .errors import render_error
+
+__all__ = ["ApiKeyAuth", "BodyLimit"]
+
+OPEN_PATHS = frozenset({"/health"})
+
+
+class ApiKeyAuth:
+    """`Authorization: Bearer <key>` on every route but /health, when keys are configured."""
+
+    def __init__(self, app: ASGIApp, keys: list[str]):
+        self.app = app
+        self._keys = [k.encode() for k in keys]
+
+    def _valid(self, header: bytes) -> bool:
+        scheme, _, given = header.partition(b" ")
+        if scheme.lower() != b"bearer":
+            return False
+        ok = False
+        for key in self._keys:  # no early exit: every key costs the same compare
+            ok |= hmac.compare_digest(given.strip(), key)
+        return ok
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not self._keys or scope["path"] in OPEN_PATHS:
+            await self.app(scope, receive, send)
+            return
+        header = dict(scope["headers"]).get(b"authorization", b"")
+        if not self._valid(header):
+            msg = ("Missing API key: send Authorization: Bearer <key>" if not header
+                   else "Incorrect API key provided")
+            await render_error(AuthenticationError(msg))(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
+class BodyLimit:
+    """Bodies over `max_bytes` get 413, by Content-Length or while they stream in."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int):
+        self.app = app
+        self.max_bytes = max_bytes
+
+    def _too_large(self) -> RequestTooLargeError:
+        return RequestTooLargeError(f"the request body is larger than {self.max_bytes} bytes")
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        length = dict(scope["headers"]).get(b"content-length")
+        if length is not None and (not length.isdigit() or int(length) > self.max_bytes):
+            await render_error(self._too_large())(scope, receive, send)
+            return
+        seen = 0
+
+        async def counted() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_bytes:
+                    raise self._too_large()  # the route's handler renders it
+            return message
+
+        await self.app(scope, counted, send)

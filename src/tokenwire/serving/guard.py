@@ -1,0 +1,62 @@
+"""What every generating request passes before the engine: the checks on the ids it sends and
+the content policy, one policy for text and token input alike."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from ..config import Settings
+from ..errors import ContentPolicyViolationError, InvalidRequestError, NonCanonicalTokensError
+from ..policy import ContentPolicy, Violation
+from ..protocol.common import ResponseWarning
+from ..tokenizers.hf import HFTokenizer
+from .tokens import IdSpan, check_special_ids, is_canonical
+
+__all__ = ["Guard"]
+
+
+class Guard:
+    def __init__(self, settings: Settings, policy: ContentPolicy):
+        self._settings = settings
+        self.policy = policy
+
+    def check_ids(self, spans: Sequence[IdSpan], tokenizer: HFTokenizer,
+                  ) -> list[ResponseWarning]:
+        """Limits, control tokens, canonicality; returns the warnings of `flag` mode."""
+        s = self._settings
+        total = sum(len(span.ids) for span in spans)
+        if total > s.max_request_token_ids:
+            raise InvalidRequestError(
+                f"this request sends {total} token ids; the limit is {s.max_request_token_ids}",
+                param=spans[0].param.split("[")[0] if spans else None, code="invalid_value")
+        if not s.allow_special_token_ids:
+            check_special_ids(spans, tokenizer)
+        warnings = []
+        for span in spans:
+            mode = s.non_canonical_tokens_assistant if span.assistant else s.non_canonical_tokens
+            if mode == "allow" or is_canonical(span.ids, tokenizer):
+                continue
+            message = ("these ids are not the canonical encoding of their own text "
+                       "(re-encoding it gives other ids)")
+            if mode == "reject":
+                raise NonCanonicalTokensError(message, param=span.param)
+            warnings.append(ResponseWarning(code="non_canonical_tokens", param=span.param,
+                                            message=message))
+        return warnings
+
+    def check_texts(self, texts: Sequence[tuple[str, str]], whole_param: str) -> None:
+        """Each (param, text), then all of them together: content split across blocks or
+        messages gets the verdict it would get in one piece."""
+        for param, text in texts:
+            self._verdict(self.policy.check(text), param)
+        if len(texts) > 1:
+            self._verdict(self.policy.check("\n".join(t for _, t in texts)), whole_param)
+
+    @staticmethod
+    def _verdict(v: Violation | None, param: str) -> None:
+        if v is not None:
+            raise ContentPolicyViolationError(
+                "this request was refused by the server's content policy", param=param)
+
+    def output_check(self) -> Callable[[str], Violation | None] | None:
+        return self.policy.check if self.policy.check_output else None
