@@ -138,3 +138,42 @@ def test_shutdown_drains_in_flight_streams(tmp_path: Path) -> None:
             proc.wait()
         if proc.stderr is not None:
             proc.stderr.close()
+
+
+@pytest.mark.anyio
+async def test_canonicality_modes_on_the_real_engine(engine, gguf_info, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from tokenwire.config import Settings
+    from tokenwire.server.app import create_app
+    from tokenwire.serving.models import ModelRegistry, ServedModel
+    from tokenwire.serving.template import ChatTemplate
+    from tokenwire.tokenizers.registry import TokenizerRegistry
+
+    tok = gguf_info.tokenizer
+    registry = TokenizerRegistry(None)
+    models = ModelRegistry()
+    models.add(ServedModel(id=MODEL, engine=engine, tokenizer_entry=registry.register(
+        tok, aliases=[tok.family]), template=ChatTemplate(
+        gguf_info.chat_template, tok, bos_id=gguf_info.bos_id, eos_id=gguf_info.eos_id,
+        add_bos=gguf_info.add_bos)))
+    odd = tok.encode("Say only ") + tok.encode("y") + tok.encode("es.")
+    assert tok.decode(odd) == "Say only yes." and odd != tok.encode("Say only yes.")
+    body = {"model": MODEL, "tokenizer_version": tok.version, "max_tokens": 4,
+            "temperature": 0, "return_token_ids": True,
+            "messages": [{"role": "user", "content": {"type": "input_tokens",
+                                                      "token_ids": odd}}]}
+    for mode in ("allow", "flag", "reject"):
+        app = create_app(Settings(non_canonical_tokens=mode, tokenizer_store=tmp_path),
+                         models=models, tokenizers=registry)  # no lifespan: engine is shared
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                     base_url="http://t") as c:
+            r = await c.post("/v1/chat/completions", json=body)
+        if mode == "reject":
+            assert r.status_code == 400
+            assert r.json()["error"]["code"] == "non_canonical_tokens"
+            continue
+        data = r.json()
+        assert r.status_code == 200 and data["choices"][0]["token_ids"]
+        assert ("warnings" in data) == (mode == "flag")
+        # the odd ids reached the model exactly as sent
+        p = data["prompt_token_ids"]
+        assert any(p[i:i + len(odd)] == odd for i in range(len(p)))
