@@ -20,6 +20,8 @@ def test_readme_has_examples() -> None:
 
 
 @pytest.mark.parametrize("code", BLOCKS, ids=[f"block{i}" for i in range(len(BLOCKS))])
-def test_readme_example_runs(live_server: LiveServer, code: str) -> None:
+def test_readme_example_runs(live_server: LiveServer, code: str, tmp_path: Path,
+                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TOKENWIRE_CLIENT_CACHE", str(tmp_path))  # not the user's cache
     code = code.replace("http://127.0.0.1:8000", live_server.url)
     exec(compile(code, str(README), "exec"), {})
