@@ -1,9 +1,4 @@
-"""Engines: prompt ids in, sampled ids out. A name -> factory registry picks one."""
-
-from __future__ import annotations
-
-from collections.abc import Callable
-from typing import Any
+"""Engines: prompt ids in, sampled ids out (`Engine`); the embedded one is `llamacpp`."""
 
 from .base import (
     Engine,
@@ -16,7 +11,6 @@ from .base import (
 )
 
 __all__ = [
-    "ENGINES",
     "Engine",
     "EngineEvent",
     "EngineInfo",
@@ -25,13 +19,3 @@ __all__ = [
     "SamplingParams",
     "TokenEvent",
 ]
-
-
-def _llamacpp(**kwargs: Any) -> Engine:
-    from .llamacpp import LlamaCppEngine
-
-    return LlamaCppEngine(**kwargs)
-
-
-#: engine name -> factory (imports stay lazy: an engine's library loads only when it is used)
-ENGINES: dict[str, Callable[..., Engine]] = {"llamacpp": _llamacpp}

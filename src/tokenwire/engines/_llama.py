@@ -66,11 +66,6 @@ class LlamaModel:
     def eog_ids(self) -> frozenset[int]:
         return frozenset(t for t in range(self.n_vocab) if self.is_eog(t))
 
-    def meta(self, key: str) -> str | None:
-        buf = ctypes.create_string_buffer(4096)
-        n = L.llama_model_meta_val_str(self.model, key.encode(), buf, len(buf))
-        return buf.value.decode("utf-8", errors="replace") if n >= 0 else None
-
     def tokenize(self, text: str, *, parse_special: bool = False) -> list[int]:
         """llama.cpp's own tokenizer: the reference the published artifact must match."""
         data = text.encode()

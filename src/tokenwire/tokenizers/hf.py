@@ -109,10 +109,6 @@ class HFTokenizer:
         tok = self._special if parse_special else self._plain
         return tok.encode(text, add_special_tokens=False).ids
 
-    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
-        """Plain-text ids of several strings at once (parallel in Rust)."""
-        return [e.ids for e in self._plain.encode_batch(list(texts), add_special_tokens=False)]
-
     def token_bytes(self, token_id: int) -> bytes:
         return self._bytes[token_id]
 
