@@ -7,11 +7,9 @@ then returns the iterator of chunks, so every error it can raise happens before 
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 from ..config import Settings
 from ..errors import ContentPolicyViolationError, InvalidRequestError
@@ -25,47 +23,25 @@ from ..protocol.chat import (
     ChoiceLogprobs,
     ResponseMessage,
 )
-from ..protocol.common import ResponseWarning, Usage
+from ..protocol.common import Usage
 from ..tokenizers.registry import TokenizerRegistry
 from .checks import check_generation_request
 from .generation import ChoiceUpdate, collect, run_choices
 from .guard import Guard
 from .logprobs import chat_logprobs
 from .messages import check_messages, message_id_spans, message_texts, render_messages
-from .models import ModelRegistry, ServedModel
+from .models import ModelRegistry
+from .plan import Plan
 from .sampling import choice_params, completion_budget
-from .tokens import TokenSpace, check_id_range, resolve_token_space
+from .tokens import check_id_range, resolve_token_space
 
 __all__ = ["ChatService"]
 
 
-@dataclass
-class _Plan:
+@dataclass(kw_only=True)
+class _Plan(Plan):
     req: ChatCompletionRequest
-    model: ServedModel
-    space: TokenSpace
     prompt: list[int]
-    warnings: list[ResponseWarning] | None = None
-    id: str = field(default_factory=lambda: f"chatcmpl-{uuid.uuid4().hex}")
-    created: int = field(default_factory=lambda: int(time.time()))
-
-    @property
-    def wants_ids(self) -> bool:
-        return bool(self.req.response_format_tokens) or self.req.return_token_ids
-
-    def out_ids(self, ids: list[int], text: str) -> list[int]:
-        """Output ids in the client's version (re-encoded from text when translating)."""
-        if self.space.translate:
-            return self.space.client.tokenizer.encode(text)
-        return ids
-
-    def envelope(self) -> dict[str, Any]:
-        """The token-native fields every response (or chunk) of this request carries."""
-        env: dict[str, Any] = {"id": self.id, "created": self.created, "model": self.model.id}
-        if self.wants_ids:
-            env["tokenizer_version"] = self.space.client.version
-            env["token_ids_source"] = self.space.source
-        return env
 
 
 def _check_shape(req: ChatCompletionRequest, settings: Settings) -> None:
@@ -105,7 +81,8 @@ class ChatService:
                                 "messages")
         prompt = render_messages(req.messages, space, model.chat_template())
         return _Plan(req=req, model=model, space=space, prompt=prompt,
-                     warnings=warnings or None)
+                     shows_ids=bool(req.response_format_tokens) or req.return_token_ids,
+                     id=f"chatcmpl-{uuid.uuid4().hex}", warnings=warnings or None)
 
     async def _start(self, plan: _Plan) -> AsyncGenerator[ChoiceUpdate, None]:
         req = plan.req
@@ -123,7 +100,7 @@ class ChatService:
         )
         return await run_choices(plan.model.engine, [(plan.prompt, p) for p in params],
                                  plan.model.tokenizer, req.stop or (),
-                                 token_aligned=plan.wants_ids,
+                                 token_aligned=plan.shows_ids,
                                  output_check=self._guard.output_check())
 
     # -- responses -----------------------------------------------------------------------------
@@ -147,7 +124,7 @@ class ChatService:
                 if req.logprobs else None,
                 finish_reason=a.finish_reason,
                 token_ids=ids if req.return_token_ids else None,
-                stop_reason=a.stop_reason if plan.wants_ids else None,
+                stop_reason=a.stop_reason if plan.shows_ids else None,
             ))
         completion = sum(a.n_sampled for a in acc)
         return ChatCompletion(
@@ -204,7 +181,7 @@ class ChatService:
                     yield ChatCompletionChunk(**env, choices=[ChatChunkChoice(
                         index=u.index, delta=ChatDelta(token_ids=no_ids),
                         finish_reason=u.finish_reason,
-                        stop_reason=u.stop_reason if plan.wants_ids else None,
+                        stop_reason=u.stop_reason if plan.shows_ids else None,
                     )])
                     if u.finish_reason == "content_filter":
                         raise ContentPolicyViolationError(

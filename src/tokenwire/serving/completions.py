@@ -8,11 +8,9 @@ order). `echo` prefixes each choice with its prompt, and with `logprobs` scores 
 from __future__ import annotations
 
 import contextlib
-import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 from ..config import Settings
 from ..engines.base import TokenEvent
@@ -21,7 +19,7 @@ from ..errors import (
     InvalidRequestError,
     UnsupportedParameterError,
 )
-from ..protocol.common import ResponseWarning, Usage
+from ..protocol.common import Usage
 from ..protocol.completions import (
     Completion,
     CompletionChoice,
@@ -34,9 +32,10 @@ from .checks import check_generation_request
 from .generation import ChoiceUpdate, collect, run_choices
 from .guard import Guard
 from .logprobs import LegacyLogprobs
-from .models import ModelRegistry, ServedModel
+from .models import ModelRegistry
+from .plan import Plan
 from .sampling import choice_params, completion_budget
-from .tokens import IdSpan, TokenSpace, check_id_range, resolve_token_space
+from .tokens import IdSpan, check_id_range, resolve_token_space
 
 __all__ = ["CompletionService"]
 
@@ -54,29 +53,14 @@ def _prompts(req: CompletionRequest) -> list[tuple[str, str | list[int]]]:
     return [(f"prompt[{i}]", x) for i, x in enumerate(p)]  # type: ignore[misc]
 
 
-@dataclass
-class _Plan:
+@dataclass(kw_only=True)
+class _Plan(Plan):
     req: CompletionRequest
-    model: ServedModel
-    space: TokenSpace
     params: list[str]
     prompts: list[list[int]]
-    warnings: list[ResponseWarning] | None = None
-    id: str = field(default_factory=lambda: f"cmpl-{uuid.uuid4().hex}")
-    created: int = field(default_factory=lambda: int(time.time()))
-
-    def envelope(self) -> dict[str, Any]:
-        env: dict[str, Any] = {"id": self.id, "created": self.created, "model": self.model.id}
-        if self.req.return_token_ids:
-            env["tokenizer_version"] = self.space.client.version
-            env["token_ids_source"] = self.space.source
-        return env
 
     def prompt_of(self, choice: int) -> list[int]:
         return self.prompts[choice // self.req.n]
-
-    def out_ids(self, ids: list[int], text: str) -> list[int]:
-        return self.space.client.tokenizer.encode(text) if self.space.translate else ids
 
     def echo_text(self, choice: int) -> str:
         return self.model.tokenizer.decode(self.prompt_of(choice)) if self.req.echo else ""
@@ -136,7 +120,8 @@ class CompletionService:
                                           code="invalid_value")
             ids.append(got)
         return _Plan(req=req, model=model, space=space, params=[p for p, _ in prompts],
-                     prompts=ids, warnings=warnings or None)
+                     prompts=ids, shows_ids=req.return_token_ids,
+                     id=f"cmpl-{uuid.uuid4().hex}", warnings=warnings or None)
 
     async def _start(self, plan: _Plan) -> AsyncGenerator[ChoiceUpdate, None]:
         req = plan.req
