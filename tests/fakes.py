@@ -62,7 +62,8 @@ class FakeEngine:
             if params.prompt_logprobs is not None:
                 k = params.prompt_logprobs
                 yield PromptLogprobsEvent(tuple(
-                    TokenEvent(t, -1.0, tuple((t + j, -1.0 - j) for j in range(k)))
+                    TokenEvent(t, -1.0, tuple(((t + j) % self._info.vocab_size, -1.0 - j)
+                                             for j in range(k)))
                     for t in prompt[1:]))
             for i, t in enumerate(self.script):
                 if self.fail_after is not None and i >= self.fail_after:
@@ -71,7 +72,8 @@ class FakeEngine:
                     yield FinishEvent("length")
                     return
                 await asyncio.sleep(self.delay)
-                top = tuple((t + k, -0.5 - k) for k in range(params.logprobs or 0))
+                top = tuple(((t + k) % self._info.vocab_size, -0.5 - k)
+                            for k in range(params.logprobs or 0))
                 yield TokenEvent(t, -0.5 if params.logprobs is not None else None, top)
             yield FinishEvent("stop", stop_token=TokenEvent(self.eog_id))
         finally:
