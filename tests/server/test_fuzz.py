@@ -155,26 +155,27 @@ FUZZ = settings(max_examples=400, deadline=None,
                                        HealthCheck.too_slow])
 
 
-@FUZZ
-@given(case=bodies())
-def test_json_bodies(http: httpx.AsyncClient, loop: asyncio.AbstractEventLoop,
-                     case: tuple[str, Any]) -> None:
+def post_and_check(http: httpx.AsyncClient, loop: asyncio.AbstractEventLoop,
+                   case: tuple[str, Any]) -> None:
     path, body = case
     r = loop.run_until_complete(http.post(path, json=body))
     if r.status_code >= 400:
         event(f"{path} {r.json()['error']['code']}")
     check(r)
+
+
+@FUZZ
+@given(case=bodies())
+def test_json_bodies(http: httpx.AsyncClient, loop: asyncio.AbstractEventLoop,
+                     case: tuple[str, Any]) -> None:
+    post_and_check(http, loop, case)
 
 
 @FUZZ
 @given(case=valid_bodies())
 def test_valid_but_extreme_bodies(http: httpx.AsyncClient, loop: asyncio.AbstractEventLoop,
                                   case: tuple[str, Any]) -> None:
-    path, body = case
-    r = loop.run_until_complete(http.post(path, json=body))
-    if r.status_code >= 400:
-        event(f"{path} {r.json()['error']['code']}")
-    check(r)
+    post_and_check(http, loop, case)
 
 
 @settings(max_examples=150, deadline=None,

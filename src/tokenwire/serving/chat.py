@@ -24,16 +24,13 @@ from ..protocol.chat import (
     ResponseMessage,
 )
 from ..protocol.common import Usage
-from ..tokenizers.registry import TokenizerRegistry
 from .checks import check_generation_request
 from .generation import ChoiceUpdate, collect, run_choices
-from .guard import Guard
 from .logprobs import chat_logprobs
 from .messages import check_messages, message_id_spans, message_texts, render_messages
-from .models import ModelRegistry
-from .plan import Plan
+from .plan import GenerationService, Plan
 from .sampling import choice_params, completion_budget
-from .tokens import check_id_range, resolve_token_space
+from .tokens import check_id_range
 
 __all__ = ["ChatService"]
 
@@ -55,25 +52,13 @@ def _check_shape(req: ChatCompletionRequest, settings: Settings) -> None:
                                   param="messages", code="invalid_value")
 
 
-class ChatService:
-    def __init__(self, models: ModelRegistry, tokenizers: TokenizerRegistry, settings: Settings,
-                 guard: Guard):
-        self._models = models
-        self._tokenizers = tokenizers
-        self._settings = settings
-        self._guard = guard
-
+class ChatService(GenerationService):
     def plan(self, req: ChatCompletionRequest) -> _Plan:
         """Everything checked and the prompt built; nothing has reached the engine yet."""
         _check_shape(req, self._settings)
         model = self._models.get(req.model)
         spans = message_id_spans(req.messages)
-        space = resolve_token_space(
-            target=model.tokenizer_entry, target_name=f"model {model.id!r}",
-            registry=self._tokenizers, version=req.tokenizer_version,
-            fallback=req.tokenizer_fallback, carries_ids=bool(spans),
-            require_version=self._settings.require_tokenizer_version,
-        )
+        space = self._space(model, req.tokenizer_version, req.tokenizer_fallback, bool(spans))
         check_id_range(spans, space.client.tokenizer)
         warnings = self._guard.check_ids(spans, space.client.tokenizer)
         texts = message_texts(req.messages, space)

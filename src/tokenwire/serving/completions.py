@@ -12,7 +12,6 @@ import uuid
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
 
-from ..config import Settings
 from ..engines.base import TokenEvent
 from ..errors import (
     ContentPolicyViolationError,
@@ -27,15 +26,12 @@ from ..protocol.completions import (
     CompletionLogprobs,
     CompletionRequest,
 )
-from ..tokenizers.registry import TokenizerRegistry
 from .checks import check_generation_request
 from .generation import ChoiceUpdate, collect, run_choices
-from .guard import Guard
 from .logprobs import LegacyLogprobs
-from .models import ModelRegistry
-from .plan import Plan
+from .plan import GenerationService, Plan
 from .sampling import choice_params, completion_budget
-from .tokens import IdSpan, check_id_range, resolve_token_space
+from .tokens import IdSpan, check_id_range
 
 __all__ = ["CompletionService"]
 
@@ -71,14 +67,7 @@ class _Plan(Plan):
                      total_tokens=prompt + completion)
 
 
-class CompletionService:
-    def __init__(self, models: ModelRegistry, tokenizers: TokenizerRegistry, settings: Settings,
-                 guard: Guard):
-        self._models = models
-        self._tokenizers = tokenizers
-        self._settings = settings
-        self._guard = guard
-
+class CompletionService(GenerationService):
     def plan(self, req: CompletionRequest) -> _Plan:
         check_generation_request(req, self._settings,
                                  logprobs_requested=req.logprobs is not None)
@@ -91,12 +80,7 @@ class CompletionService:
             raise InvalidRequestError(f"at most {self._settings.max_prompts} prompts per "
                                       "request", param="prompt", code="invalid_value")
         spans = [IdSpan(param, p) for param, p in prompts if not isinstance(p, str)]
-        space = resolve_token_space(
-            target=model.tokenizer_entry, target_name=f"model {model.id!r}",
-            registry=self._tokenizers, version=req.tokenizer_version,
-            fallback=req.tokenizer_fallback, carries_ids=bool(spans),
-            require_version=self._settings.require_tokenizer_version,
-        )
+        space = self._space(model, req.tokenizer_version, req.tokenizer_fallback, bool(spans))
         check_id_range(spans, space.client.tokenizer)
         warnings = self._guard.check_ids(spans, space.client.tokenizer)
         dec = space.client.tokenizer.decode

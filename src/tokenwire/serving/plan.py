@@ -1,4 +1,5 @@
-"""A checked generation request on its way to the engine, and what its responses all carry."""
+"""What the generating services share: their wiring, the token-space check of a request, and
+the plan of a checked request (what its responses all carry)."""
 
 from __future__ import annotations
 
@@ -6,11 +7,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..config import Settings
 from ..protocol.common import ResponseWarning
-from .models import ServedModel
-from .tokens import TokenSpace
+from ..tokenizers.registry import TokenizerRegistry
+from .guard import Guard
+from .models import ModelRegistry, ServedModel
+from .tokens import TokenSpace, resolve_token_space
 
-__all__ = ["Plan"]
+__all__ = ["GenerationService", "Plan"]
 
 
 @dataclass(kw_only=True)
@@ -34,3 +38,21 @@ class Plan:
             env["tokenizer_version"] = self.space.client.version
             env["token_ids_source"] = self.space.source
         return env
+
+
+class GenerationService:
+    """Base of the chat and completions services."""
+
+    def __init__(self, models: ModelRegistry, tokenizers: TokenizerRegistry, settings: Settings,
+                 guard: Guard):
+        self._models = models
+        self._tokenizers = tokenizers
+        self._settings = settings
+        self._guard = guard
+
+    def _space(self, model: ServedModel, version: str | None, fallback: str,
+               carries_ids: bool) -> TokenSpace:
+        return resolve_token_space(
+            target=model.tokenizer_entry, target_name=f"model {model.id!r}",
+            registry=self._tokenizers, version=version, fallback=fallback,
+            carries_ids=carries_ids, require_version=self._settings.require_tokenizer_version)
