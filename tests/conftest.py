@@ -3,6 +3,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import socket
 import threading
 import time
@@ -15,14 +16,16 @@ import pytest
 import uvicorn
 
 from tests.fakes import MODEL, FakeEngine
+from tests.upstreams import Upstream, llama_server, tokenwire_upstream
 from tokenwire.config import Settings, default_model_path
 from tokenwire.engines.llamacpp import LlamaCppEngine
 from tokenwire.server.app import create_app
 from tokenwire.serving.models import ModelRegistry, ServedModel
 from tokenwire.serving.template import ChatTemplate
-from tokenwire.tokenizers.gguf import GGUFTokenizerInfo, tokenizer_from_gguf
+from tokenwire.tokenizers.gguf import tokenizer_from_gguf
 from tokenwire.tokenizers.hf import HFTokenizer
 from tokenwire.tokenizers.registry import TokenizerRegistry
+from tokenwire.tokenizers.source import TokenizerSource
 
 TEST_MAX_MODEL_LEN = 4096
 BLOCKED_PHRASE = "forbidden recipe"
@@ -40,12 +43,12 @@ def model_path() -> Path:
 
 
 @pytest.fixture(scope="session")
-def gguf_info(model_path: Path) -> GGUFTokenizerInfo:
+def gguf_info(model_path: Path) -> TokenizerSource:
     return tokenizer_from_gguf(model_path)
 
 
 @pytest.fixture(scope="session")
-def tok(gguf_info: GGUFTokenizerInfo) -> HFTokenizer:
+def tok(gguf_info: TokenizerSource) -> HFTokenizer:
     return gguf_info.tokenizer
 
 
@@ -70,40 +73,82 @@ class LiveServer:
     url: str
     settings: Settings
     app: object
+    upstream: Upstream | None = None
+    """The process behind a gateway (TOKENWIRE_TEST_UPSTREAM), None on the embedded engine."""
 
     @property
     def base_url(self) -> str:
         return f"{self.url}/v1"
 
 
-@pytest.fixture(scope="session")
-def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    """A real uvicorn server with the real engine and model, in a thread."""
-    # the defaults a user gets from `make serve`, bar the port, the store, and a policy
-    policy = tmp_path_factory.mktemp("policy") / "policy.json"
-    policy.write_text(json.dumps({"blocked_phrases": [BLOCKED_PHRASE]}))
-    settings = Settings(port=_free_port(), tokenizer_store=tmp_path_factory.mktemp("tokenizers"),
-                        content_policy=policy)
-    app = create_app(settings)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=settings.port,
+TEST_UPSTREAM = os.environ.get("TOKENWIRE_TEST_UPSTREAM", "")
+"""Where the e2e suite's live server gets its ids: "" (the embedded engine), "tokenwire" (a
+gateway in front of a second tokenwire process, over vLLM's /inference/v1/generate), or
+"llama-server" (a gateway in front of llama.cpp's server). `make test` runs all three."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if TEST_UPSTREAM != "llama-server":
+        return
+    skip = pytest.mark.skip(reason="llama-server cannot score prompt tokens (no prompt "
+                            "logprobs); the gateway refuses that by name, tested in "
+                            "tests/e2e/test_gateway.py")
+    for item in items:
+        if "prompt_logprobs" in item.keywords:
+            item.add_marker(skip)
+
+
+def start_server(app: object, port: int) -> tuple[uvicorn.Server, threading.Thread]:
+    """A real uvicorn server in a thread; returns once it serves."""
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,  # type: ignore[arg-type]
                                            log_level="warning", lifespan="on"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 180
     while not server.started:
         if not thread.is_alive() or time.monotonic() > deadline:
             raise RuntimeError("the test server did not start")
         time.sleep(0.05)
-    yield LiveServer(url=f"http://127.0.0.1:{settings.port}", settings=settings, app=app)
+    return server, thread
+
+
+@pytest.fixture(scope="session")
+def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    """A real uvicorn server with the real model, in a thread: on the embedded engine, or a
+    gateway in front of a real upstream process (TEST_UPSTREAM)."""
+    # the defaults a user gets from `make serve`, bar the port, the store, and a policy
+    policy = tmp_path_factory.mktemp("policy") / "policy.json"
+    policy.write_text(json.dumps({"blocked_phrases": [BLOCKED_PHRASE]}))
+    upstream: Upstream | None = None
+    gateway: dict[str, object] = {}
+    procs = tmp_path_factory.mktemp("upstreams")
+    if TEST_UPSTREAM == "tokenwire":
+        upstream = tokenwire_upstream(procs)
+        gateway = {"engine": "vllm"}
+    elif TEST_UPSTREAM == "llama-server":
+        upstream = llama_server(procs)
+        gateway = {"engine": "llama-server"}
+    elif TEST_UPSTREAM:
+        raise ValueError(f"TOKENWIRE_TEST_UPSTREAM={TEST_UPSTREAM!r}: tokenwire or llama-server")
+    if upstream is not None:
+        gateway |= {"upstream": [upstream.url], "tokenizer": default_model_path()}
+    settings = Settings(port=_free_port(), tokenizer_store=tmp_path_factory.mktemp("tokenizers"),
+                        content_policy=policy, **gateway)  # type: ignore[arg-type]
+    app = create_app(settings)
+    server, thread = start_server(app, settings.port)
+    yield LiveServer(url=f"http://127.0.0.1:{settings.port}", settings=settings, app=app,
+                     upstream=upstream)
     server.should_exit = True
     thread.join(timeout=60)
+    if upstream is not None:
+        upstream.stop()
 
 
 # -- the in-process app on a scripted engine (fast HTTP-layer tests) ---------------------
 
 
 @pytest.fixture
-def fake_engine(gguf_info: GGUFTokenizerInfo) -> FakeEngine:
+def fake_engine(gguf_info: TokenizerSource) -> FakeEngine:
     tok = gguf_info.tokenizer
     # "Bonjour à tous 🎉" then end-of-turn: multi-byte characters split across ids
     return FakeEngine(vocab_size=tok.vocab_size, eog_id=gguf_info.eos_id or 2,
@@ -116,14 +161,16 @@ def registry(tmp_path: Path) -> TokenizerRegistry:
 
 
 @pytest.fixture
-def make_app(gguf_info: GGUFTokenizerInfo, fake_engine: FakeEngine, registry: TokenizerRegistry,
+def make_app(gguf_info: TokenizerSource, fake_engine: FakeEngine, registry: TokenizerRegistry,
              tmp_path: Path):  # type: ignore[no-untyped-def]
     """An app serving the scripted engine as MODEL, with the real tokenizer and template."""
 
     def make(**overrides: object):  # type: ignore[no-untyped-def]
         tok = gguf_info.tokenizer
         entry = registry.register(tok, aliases=[tok.family],
-                                  chat_template=gguf_info.chat_template)
+                                  chat_template=gguf_info.chat_template,
+                                  bos_id=gguf_info.bos_id, eos_id=gguf_info.eos_id,
+                                  add_bos=gguf_info.add_bos)
         assert gguf_info.chat_template is not None
         template = ChatTemplate(gguf_info.chat_template, tok, bos_id=gguf_info.bos_id,
                                 eos_id=gguf_info.eos_id, add_bos=gguf_info.add_bos)

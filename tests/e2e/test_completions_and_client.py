@@ -73,6 +73,7 @@ def test_token_ids_and_streaming(oai: openai.OpenAI, tok: HFTokenizer) -> None:
     assert ids == choice.token_ids and text == choice.text
 
 
+@pytest.mark.prompt_logprobs
 def test_echo_logprobs_score_what_was_sampled(oai: openai.OpenAI, tok: HFTokenizer) -> None:
     """Teacher forcing: scoring prompt + sampled ids gives the logprobs seen while sampling."""
     prompt = tok.encode("The capital of France is")

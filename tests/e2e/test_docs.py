@@ -72,8 +72,13 @@ def test_the_docs_have_examples() -> None:
     assert len(EXAMPLES) >= 10
 
 
-@pytest.mark.parametrize(("method", "path", "body", "status", "kind", "expected"), EXAMPLES,
-                         ids=[f"{i}-{e[0]} {e[1]}" for i, e in enumerate(EXAMPLES)])
+def _scores_prompt(body: Any) -> bool:
+    return isinstance(body, dict) and bool(body.get("echo")) and body.get("logprobs") is not None
+
+
+@pytest.mark.parametrize(("method", "path", "body", "status", "kind", "expected"), [
+    pytest.param(*e, marks=[pytest.mark.prompt_logprobs] if _scores_prompt(e[2]) else [])
+    for e in EXAMPLES], ids=[f"{i}-{e[0]} {e[1]}" for i, e in enumerate(EXAMPLES)])
 def test_doc_example(live_server: LiveServer, method: str, path: str, body: Any, status: int,
                      kind: str, expected: str) -> None:
     with httpx.Client(base_url=live_server.url, timeout=60) as http:

@@ -13,13 +13,13 @@ from tokenwire.engines.base import Engine, FinishEvent, SamplingParams, TokenEve
 from tokenwire.engines.llamacpp import LlamaCppEngine
 from tokenwire.errors import EngineError, RateLimitError, ServiceUnavailableError
 from tokenwire.serving.template import ChatTemplate, TemplateMessage
-from tokenwire.tokenizers.gguf import GGUFTokenizerInfo
+from tokenwire.tokenizers.source import TokenizerSource
 
 pytestmark = [pytest.mark.anyio, pytest.mark.engine]
 
 
 @pytest.fixture(scope="module")
-def prompt_of(gguf_info: GGUFTokenizerInfo):  # type: ignore[no-untyped-def]
+def prompt_of(gguf_info: TokenizerSource):  # type: ignore[no-untyped-def]
     tok = gguf_info.tokenizer
     assert gguf_info.chat_template
     tmpl = ChatTemplate(gguf_info.chat_template, tok, bos_id=gguf_info.bos_id,
@@ -34,7 +34,7 @@ def prompt_of(gguf_info: GGUFTokenizerInfo):  # type: ignore[no-untyped-def]
 async def run(engine: LlamaCppEngine, prompt: Sequence[int], **kw: object,
               ) -> tuple[list[TokenEvent], FinishEvent]:
     params = SamplingParams(**{"max_tokens": 40, "temperature": 0.0, **kw})  # type: ignore[arg-type]
-    events = [ev async for ev in engine.generate(prompt, params)]
+    events = [ev async for ev in await engine.submit(prompt, params)]
     *tokens, finish = events
     assert isinstance(finish, FinishEvent)
     assert all(isinstance(t, TokenEvent) for t in tokens)
@@ -120,7 +120,7 @@ async def test_more_requests_than_slots_wait_their_turn(engine: LlamaCppEngine,
 
 
 async def test_closing_the_stream_frees_the_slot(engine: LlamaCppEngine, prompt_of) -> None:  # type: ignore[no-untyped-def]
-    stream = engine.generate(prompt_of("Tell me a very long story."),
+    stream = await engine.submit(prompt_of("Tell me a very long story."),
                              SamplingParams(max_tokens=2000, temperature=0.0))
     got = 0
     async for _ in stream:
@@ -159,7 +159,7 @@ async def test_the_event_loop_stays_free(engine: LlamaCppEngine, prompt_of) -> N
 async def test_a_stopped_engine_refuses(model_path) -> None:  # type: ignore[no-untyped-def]
     eng = LlamaCppEngine(model_path, model_id="m", max_model_len=256, n_parallel=1)
     with pytest.raises(ServiceUnavailableError):
-        eng.generate([1, 2, 3], SamplingParams(max_tokens=1))
+        await eng.submit([1, 2, 3], SamplingParams(max_tokens=1))
 
 
 async def test_a_full_queue_refuses_at_once(model_path) -> None:  # type: ignore[no-untyped-def]
@@ -168,11 +168,11 @@ async def test_a_full_queue_refuses_at_once(model_path) -> None:  # type: ignore
     await eng.start()
     try:
         params = SamplingParams(max_tokens=200, temperature=0.0)
-        running = eng.generate([504, 3575, 282], params)
+        running = await eng.submit([504, 3575, 282], params)
         await running.__anext__()  # admitted, decoding
-        waiting = eng.generate([504, 3575, 282], params)  # queued behind it
+        waiting = await eng.submit([504, 3575, 282], params)  # queued behind it
         with pytest.raises(RateLimitError) as info:
-            eng.generate([504], params)
+            await eng.submit([504], params)
         assert info.value.headers["Retry-After"] == "1"
         await running.aclose()  # type: ignore[attr-defined]
         tokens = [ev async for ev in waiting]
@@ -205,9 +205,9 @@ async def test_a_failed_decode_fails_its_requests_and_the_engine_recovers(
 async def test_shutdown_ends_streams_cleanly(model_path) -> None:  # type: ignore[no-untyped-def]
     eng = LlamaCppEngine(model_path, model_id="m", max_model_len=512, n_parallel=1)
     await eng.start()
-    stream = eng.generate([504, 3575, 282], SamplingParams(max_tokens=400, temperature=0.0))
+    stream = await eng.submit([504, 3575, 282], SamplingParams(max_tokens=400, temperature=0.0))
     await stream.__anext__()
-    queued = eng.generate([504], SamplingParams(max_tokens=400, temperature=0.0))
+    queued = await eng.submit([504], SamplingParams(max_tokens=400, temperature=0.0))
     await eng.aclose()
     for s in (stream, queued):
         with pytest.raises(ServiceUnavailableError):
@@ -218,7 +218,7 @@ async def test_shutdown_ends_streams_cleanly(model_path) -> None:  # type: ignor
 def test_a_consumer_whose_loop_is_gone_does_not_stop_the_engine(engine: LlamaCppEngine,
                                                                 prompt_of) -> None:  # type: ignore[no-untyped-def]
     async def start_and_abandon() -> None:
-        stream = engine.generate(prompt_of("Tell me a long story."),
+        stream = await engine.submit(prompt_of("Tell me a long story."),
                                  SamplingParams(max_tokens=300, temperature=0.0))
         await stream.__anext__()  # then the loop ends with the stream still open
 
@@ -236,11 +236,11 @@ async def test_bad_prompts_never_reach_a_batch(engine: LlamaCppEngine) -> None:
 
     p = SamplingParams(max_tokens=1)
     with pytest.raises(InvalidRequestError):
-        engine.generate([], p)
+        await engine.submit([], p)
     with pytest.raises(ContextLengthExceededError):
-        engine.generate([253] * engine.info.max_model_len, p)
+        await engine.submit([253] * engine.info.max_model_len, p)
     with pytest.raises(InvalidRequestError):
-        engine.generate([253, engine.info.vocab_size], p)
+        await engine.submit([253, engine.info.vocab_size], p)
     assert engine.n_waiting == 0
 
 
@@ -251,9 +251,9 @@ async def test_idle_slots_count_before_the_queue(model_path) -> None:  # type: i
     try:
         assert eng.info.max_sequences == 2
         params = SamplingParams(max_tokens=3, temperature=0.0)
-        a, b = eng.generate([504], params), eng.generate([504], params)  # two free slots
+        a, b = await eng.submit([504], params), await eng.submit([504], params)  # two free slots
         with pytest.raises(RateLimitError):
-            eng.generate([504], params)
+            await eng.submit([504], params)
         for s in (a, b):
             assert isinstance([ev async for ev in s][-1], FinishEvent)
     finally:

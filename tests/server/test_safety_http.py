@@ -100,6 +100,21 @@ async def test_completion_prompts_are_checked_too(guarded: httpx.AsyncClient,
         refused(r, "content_policy_violation")
 
 
+async def test_generate_prompts_are_checked_too(guarded: httpx.AsyncClient, tok: HFTokenizer,
+                                                fake_engine: FakeEngine) -> None:
+    """vLLM's token endpoint: a rendered prompt, control ids and all, gets the same verdict."""
+    rendered = tok.encode("<|im_start|>user\n", parse_special=True) + \
+        tok.encode(f"the {PHRASE}") + tok.encode("<|im_end|>", parse_special=True)
+    r = await guarded.post("/inference/v1/generate", json={
+        "token_ids": rendered, "sampling_params": {"max_tokens": 4}})
+    refused(r, "content_policy_violation", "token_ids")
+    assert fake_engine.prompts == []
+    fake_engine.script = tok.encode(f"Sure: the {PHRASE} is flour.")
+    r = await guarded.post("/inference/v1/generate", json={
+        "token_ids": tok.encode("hi"), "sampling_params": {"max_tokens": 40}})
+    refused(r, "content_policy_violation")  # the output is checked as well
+
+
 async def test_output_policy_stops_the_choice(guarded: httpx.AsyncClient, tok: HFTokenizer,
                                               fake_engine: FakeEngine) -> None:
     fake_engine.script = tok.encode(f"Sure: the {PHRASE} is flour.")
@@ -126,9 +141,34 @@ async def test_control_token_ids_are_refused(client: httpx.AsyncClient, tok: HFT
     r = await client.post("/v1/chat/completions", json=chat([
         user("hi"), {"role": "assistant", "token_ids": [253, 2, 1, 9690]}, user("x")]))
     refused(r, "special_token_not_allowed", "messages[1].token_ids[1]")
-    r = await client.post("/v1/completions", json={"model": MODEL, "prompt": [[253], [253, 0]],
-                                                   "tokenizer_version": tok.version})
-    refused(r, "special_token_not_allowed", "prompt[1][1]")
+
+
+RAW = {"model": MODEL, "prompt": [[253], [253, 0]]}
+"""A raw prompt (rendered by the client): control ids are its template's."""
+
+
+async def test_raw_prompts_carry_control_ids_only_where_allowed(make_app, tok: HFTokenizer,  # type: ignore[no-untyped-def]
+                                                                ) -> None:
+    raw = {**RAW, "tokenizer_version": tok.version}
+    gen = {"token_ids": [253, 0, 1], "sampling_params": {"max_tokens": 2}}
+    # the default, on a keyless server bound to loopback: allowed
+    async with serve_in_process(make_app()) as c:
+        assert (await c.post("/v1/completions", json=raw)).status_code == 200
+        assert (await c.post("/inference/v1/generate", json=gen)).status_code == 200
+    # refused by setting, and wherever keys are set, but for keys allowed raw prompts
+    async with serve_in_process(make_app(raw_prompts="deny")) as c:
+        refused(await c.post("/v1/completions", json=raw), "special_token_not_allowed",
+                "prompt[1][1]")
+        refused(await c.post("/inference/v1/generate", json=gen), "special_token_not_allowed",
+                "token_ids[1]")
+    async with serve_in_process(make_app(api_keys=["user", "trainer"],
+                                         raw_prompt_keys=["trainer"])) as c:
+        r = await c.post("/v1/completions", json=raw, headers={"Authorization": "Bearer user"})
+        refused(r, "special_token_not_allowed", "prompt[1][1]")
+        assert "TOKENWIRE_RAW_PROMPT_KEYS" in r.json()["error"]["message"]
+        r = await c.post("/v1/completions", json=raw, headers={"Authorization": "Bearer trainer"})
+        assert r.status_code == 200
+    # the text of a raw prompt still meets the content policy: test_generate_prompts_are_...
 
 
 async def test_typed_markers_stay_text(client: httpx.AsyncClient, tok: HFTokenizer) -> None:

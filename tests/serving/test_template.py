@@ -7,12 +7,12 @@ from jinja2 import Template
 
 from tokenwire.errors import InvalidRequestError
 from tokenwire.serving.template import ChatTemplate, TemplateMessage
-from tokenwire.tokenizers.gguf import GGUFTokenizerInfo
 from tokenwire.tokenizers.hf import HFTokenizer
+from tokenwire.tokenizers.source import TokenizerSource
 
 
 @pytest.fixture(scope="module")
-def template(gguf_info: GGUFTokenizerInfo) -> ChatTemplate:
+def template(gguf_info: TokenizerSource) -> ChatTemplate:
     assert gguf_info.chat_template
     return ChatTemplate(gguf_info.chat_template, gguf_info.tokenizer, bos_id=gguf_info.bos_id,
                         eos_id=gguf_info.eos_id, add_bos=gguf_info.add_bos)

@@ -1,11 +1,15 @@
-"""Engines: prompt ids in, sampled ids out (`Engine`); the embedded one is `llamacpp`."""
+"""Engines: prompt ids in, sampled ids out (`Engine`); chosen by name in `registry`."""
 
 from .base import (
     Engine,
     EngineEvent,
+    EngineHealth,
     EngineInfo,
+    EngineStartError,
+    EventStream,
     FinishEvent,
     PromptLogprobsEvent,
+    ReplicaHealth,
     SamplingParams,
     TokenEvent,
 )
@@ -13,9 +17,13 @@ from .base import (
 __all__ = [
     "Engine",
     "EngineEvent",
+    "EngineHealth",
     "EngineInfo",
+    "EngineStartError",
+    "EventStream",
     "FinishEvent",
     "PromptLogprobsEvent",
+    "ReplicaHealth",
     "SamplingParams",
     "TokenEvent",
 ]

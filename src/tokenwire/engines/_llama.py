@@ -14,7 +14,7 @@ from pathlib import Path
 import llama_cpp as L
 import numpy as np
 
-__all__ = ["Batch", "LlamaModel", "Sampler", "silence_logs"]
+__all__ = ["Batch", "LlamaModel", "Sampler", "silence_logs", "vocab_eog_ids"]
 
 _LOG_CB = None
 
@@ -25,6 +25,23 @@ def silence_logs() -> None:
     if _LOG_CB is None:
         _LOG_CB = L.llama_log_callback(lambda level, text, data: None)
         L.llama_log_set(_LOG_CB, ctypes.c_void_p())
+
+
+def vocab_eog_ids(path: str | Path) -> frozenset[int]:
+    """The end-of-generation ids llama.cpp derives for a GGUF (its own rules: the EOS/EOT/EOM
+    ids and known end-of-turn token texts), from the vocabulary alone: no weights loaded."""
+    silence_logs()
+    params = L.llama_model_default_params()
+    params.vocab_only = True
+    model = L.llama_model_load_from_file(str(path).encode(), params)
+    if not model:
+        raise RuntimeError(f"llama.cpp could not read the vocabulary of {path}")
+    try:
+        vocab = L.llama_model_get_vocab(model)
+        n = L.llama_vocab_n_tokens(vocab)
+        return frozenset(t for t in range(n) if L.llama_vocab_is_eog(vocab, t))
+    finally:
+        L.llama_model_free(model)
 
 
 class LlamaModel:

@@ -1,25 +1,36 @@
 """The `Engine` protocol: prompt ids and sampling parameters in, sampled ids out.
 
-Engines know nothing of HTTP, chat templates or text: serving code hands them token ids and
-consumes a stream of domain events. Closing the iterator early (a client went away, a stop
-string matched) cancels the sequence and frees its slot.
+Engines are transports. They know nothing of HTTP, chat templates or text: serving code hands
+them token ids and consumes a stream of domain events. Admission is awaited (`await
+engine.submit(...)`), so an engine that only learns of a 400/429/503 after a round trip to an
+upstream still raises it before the response starts. Closing the stream early (a client went
+away, a stop string matched) cancels the sequence and frees its slot.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
 __all__ = [
     "Engine",
     "EngineEvent",
+    "EngineStartError",
+    "EngineHealth",
     "EngineInfo",
+    "EventStream",
     "FinishEvent",
     "PromptLogprobsEvent",
+    "ReplicaHealth",
     "SamplingParams",
     "TokenEvent",
 ]
+
+
+class EngineStartError(RuntimeError):
+    """The engine cannot serve: no upstream answered, or the upstream is not the model it was
+    configured as. An operator's error at start, never sent to a client."""
 
 
 @dataclass(frozen=True)
@@ -30,7 +41,7 @@ class SamplingParams:
     """0 means greedy (argmax)."""
     top_p: float = 1.0
     seed: int | None = None
-    """Seed of the sampler's random generator; None: a random seed."""
+    """Seed of the sampler's random generator (32 bits); None: a random seed."""
     logprobs: int | None = None
     """None: no logprobs; k >= 0: the chosen token's logprob and the k most likely tokens'."""
     presence_penalty: float = 0.0
@@ -38,6 +49,16 @@ class SamplingParams:
     prompt_logprobs: int | None = None
     """None: none; k >= 0: each prompt token's logprob given its prefix, and the k most likely
     tokens there (scoring, `echo` with logprobs). Delivered in one `PromptLogprobsEvent`."""
+    stop_token_ids: frozenset[int] = frozenset()
+    """Ids that end the output like an end-of-generation id (beside the model's own)."""
+    ignore_eos: bool = False
+    """Do not stop at the model's end-of-generation ids (`stop_token_ids` still stop)."""
+    cache_salt: str | None = None
+    """Isolates prefix-cache reuse between tenants, on engines that cache prefixes (vLLM)."""
+
+    def stops(self, eog_ids: frozenset[int]) -> frozenset[int]:
+        """Every id whose sampling ends the output."""
+        return self.stop_token_ids if self.ignore_eos else self.stop_token_ids | eog_ids
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +74,11 @@ class TokenEvent:
 class FinishEvent:
     reason: Literal["stop", "length"]
     stop_token: TokenEvent | None = None
-    """The end-of-generation token the model sampled ("stop"); it is not part of the output."""
+    """The end-of-generation token the model sampled ("stop"); it is not part of the output.
+    None when the upstream does not say which (a text-only engine)."""
+    n_sampled: int | None = None
+    """Tokens the upstream counted as sampled, where it counts them itself (text-only engines,
+    whose re-encoded ids need not be as many); None: the events are the count."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +89,17 @@ class PromptLogprobsEvent:
 
 
 EngineEvent = TokenEvent | FinishEvent | PromptLogprobsEvent
+
+
+@runtime_checkable
+class EventStream(Protocol):
+    """The events of one sequence, ending after exactly one `FinishEvent`; `aclose` cancels."""
+
+    def __aiter__(self) -> EventStream: ...
+
+    async def __anext__(self) -> EngineEvent: ...
+
+    async def aclose(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -77,6 +113,31 @@ class EngineInfo:
     """End-of-generation tokens: sampling one ends the output with finish_reason "stop"."""
     max_sequences: int | None = None
     """Most sequences the engine holds at once, running and waiting (None: no fixed bound)."""
+    token_ids_source: Literal["sampled", "retokenized"] = "sampled"
+    """"retokenized": the upstream returns text, and the output ids are its re-encoding."""
+    supports_logprobs: bool = True
+    """Can report logprobs of sampled tokens (with ids)."""
+    supports_prompt_logprobs: bool = True
+    """Can score prompt tokens (`echo` with logprobs, `prompt_logprobs`)."""
+
+
+@dataclass(frozen=True)
+class ReplicaHealth:
+    url: str
+    healthy: bool
+    reason: str | None = None
+    """Why it is not serving (the last failure), when it is not."""
+    in_flight: int = 0
+    served: int = 0
+    """Requests admitted on this replica since start."""
+
+
+@dataclass(frozen=True)
+class EngineHealth:
+    ok: bool
+    """Can serve a request now (at least one replica is healthy)."""
+    reason: str | None = None
+    replicas: tuple[ReplicaHealth, ...] = ()
 
 
 @runtime_checkable
@@ -84,10 +145,28 @@ class Engine(Protocol):
     @property
     def info(self) -> EngineInfo: ...
 
-    def generate(self, prompt: Sequence[int], params: SamplingParams) -> AsyncIterator[EngineEvent]:
-        """Sample a continuation of `prompt`; ends after exactly one `FinishEvent`."""
+    async def submit(self, prompt: Sequence[int], params: SamplingParams) -> EventStream:
+        """Admit a sequence sampling a continuation of `prompt`; raises a `TokenwireError`
+        (400, 429, 503) when it cannot, before any event."""
         ...
 
-    async def start(self) -> None: ...
+    def health(self) -> EngineHealth:
+        """From what the engine knows now (no round trip): /health must answer at once."""
+        ...
+
+    @property
+    def n_active(self) -> int:
+        """Sequences running now."""
+        ...
+
+    @property
+    def n_waiting(self) -> int:
+        """Sequences admitted but waiting for room."""
+        ...
+
+    async def start(self) -> None:
+        """Load or connect, and check that the engine's ids agree with the pinned tokenizer."""
+        ...
 
     async def aclose(self) -> None: ...
+

@@ -15,12 +15,13 @@ import logging
 import secrets
 import threading
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from ..config import default_model_name
 from ..errors import (
     ContextLengthExceededError,
     EngineError,
@@ -29,9 +30,12 @@ from ..errors import (
     RateLimitError,
     ServiceUnavailableError,
 )
+from ..tokenizers.hf import HFTokenizer
+from ..tokenizers.probe import TokenizerParityError, first_mismatch
 from ._llama import Batch, LlamaModel, Sampler
 from .base import (
     EngineEvent,
+    EngineHealth,
     EngineInfo,
     FinishEvent,
     PromptLogprobsEvent,
@@ -54,6 +58,7 @@ class _Seq:
     n_out: int = 0
     last: int = -1  # the sampled token still to be fed
     sampler: Sampler | None = None
+    stops: frozenset[int] = frozenset()
     cancelled: bool = False
     done: bool = False
     batch_index: int = field(default=-1, repr=False)
@@ -107,19 +112,23 @@ class _EventStream:
 class LlamaCppEngine:
     """Implements `Engine` for a GGUF model, decoding up to `n_parallel` sequences together."""
 
-    def __init__(self, path: str | Path, *, model_id: str, max_model_len: int | None = None,
-                 n_parallel: int = 4, n_batch: int = 512, n_threads: int | None = None,
-                 max_queued: int = 256):
+    def __init__(self, path: str | Path, *, model_id: str | None = None,
+                 max_model_len: int | None = None, n_parallel: int = 4, n_batch: int = 512,
+                 n_threads: int | None = None, max_queued: int = 256,
+                 tokenizer: HFTokenizer | None = None):
+        """`model_id` defaults to the file name without its quantization suffix; `tokenizer`:
+        the pinned portable tokenizer, checked against llama.cpp's at start."""
         if n_batch < n_parallel:
             # every decoding sequence puts one token in each batch
             raise ValueError(f"n_batch ({n_batch}) must be at least n_parallel ({n_parallel})")
         self._path = Path(path)
-        self._model_id = model_id
+        self._model_id = model_id or default_model_name(self._path)
         self._want_len = max_model_len
         self._n_parallel = n_parallel
         self._n_batch = n_batch
         self._n_threads = n_threads
         self._max_queued = max_queued
+        self._tokenizer = tokenizer
         self._llama: LlamaModel | None = None
         self._info: EngineInfo | None = None
         self._waiting: deque[_Seq] = deque()
@@ -149,6 +158,17 @@ class LlamaCppEngine:
         if self._thread is not None:
             return
         await asyncio.to_thread(self.load)
+        if self._tokenizer is not None:
+            llama = self.llama
+
+            async def reference(texts: Sequence[str]) -> list[list[int]]:
+                return [llama.tokenize(t, parse_special=True) for t in texts]
+
+            miss = await first_mismatch(self._tokenizer, reference)
+            if miss is not None:
+                self._llama = None
+                llama.close()
+                raise TokenizerParityError(miss.describe(f"llama.cpp ({self._path.name})"))
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name="llamacpp-engine", daemon=True)
         self._thread.start()
@@ -177,6 +197,12 @@ class LlamaCppEngine:
             raise ServiceUnavailableError("the engine has not been started")
         return self._llama
 
+    def health(self) -> EngineHealth:
+        thread = self._thread
+        if thread is None or not thread.is_alive() or self._stopping:
+            return EngineHealth(ok=False, reason="the embedded engine is not running")
+        return EngineHealth(ok=True)
+
     @property
     def n_active(self) -> int:
         """Sequences holding a slot now."""
@@ -189,8 +215,7 @@ class LlamaCppEngine:
 
     # -- the async side --------------------------------------------------------------------
 
-    def generate(self, prompt: Sequence[int], params: SamplingParams,
-                 ) -> AsyncIterator[EngineEvent]:
+    async def submit(self, prompt: Sequence[int], params: SamplingParams) -> _EventStream:
         """Admit a sequence now (raising if the engine is down or its queue is full)."""
         info = self.info
         if not prompt:
@@ -272,6 +297,7 @@ class LlamaCppEngine:
         llama = self.llama
         p = seq.params
         seq.slot = slot
+        seq.stops = p.stops(self.info.eog_ids)
         seq.sampler = Sampler(
             llama.n_vocab,
             temperature=p.temperature,
@@ -353,7 +379,7 @@ class LlamaCppEngine:
             ev = _scored(llama.logprobs(seq.batch_index), token, seq.params.logprobs)
         seq.n_out += 1
         finished: FinishEvent | None = None
-        if token in self.info.eog_ids:
+        if token in seq.stops:
             finished = FinishEvent("stop", stop_token=ev)
         else:
             seq.emit(ev)

@@ -9,12 +9,13 @@ from collections.abc import AsyncIterator
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 
-from ..config import Settings
+from ..config import LOOPBACK_HOSTS, Settings
 from ..policy import load_policy
 from ..serving.chat import ChatService
 from ..serving.completions import CompletionService
+from ..serving.generate import GenerateService
 from ..serving.guard import Guard
-from ..serving.loader import load_gguf_model
+from ..serving.loader import load_model
 from ..serving.models import ModelRegistry
 from ..serving.tokenize import TokenizeService
 from ..tokenizers.registry import TokenizerRegistry
@@ -29,7 +30,8 @@ log = logging.getLogger(__name__)
 
 def create_app(settings: Settings | None = None, *, models: ModelRegistry | None = None,
                tokenizers: TokenizerRegistry | None = None) -> Starlette:
-    """The app; with `models` given (tests), it serves those instead of loading a GGUF."""
+    """The app; with `models` given (preloaded by the CLI, or tests), it serves those instead
+    of loading the configured model at start."""
     settings = settings or Settings()
     tokenizers = tokenizers or TokenizerRegistry(settings.tokenizer_store)
     preloaded = models is not None
@@ -37,13 +39,13 @@ def create_app(settings: Settings | None = None, *, models: ModelRegistry | None
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        if not settings.api_keys and settings.host not in ("127.0.0.1", "localhost", "::1"):
+        if not settings.api_keys and settings.host not in LOOPBACK_HOSTS:
             log.warning("listening on %s without API keys: anyone who can reach it may use it "
                         "(set TOKENWIRE_API_KEYS)", settings.host)
         n = tokenizers.load_store()
         log.info("%d tokenizer versions in %s", n, settings.tokenizer_store)
         if not preloaded:
-            models.add(await load_gguf_model(settings.model_path(), settings, tokenizers))
+            models.add(await load_model(settings, tokenizers))
         for m in models.all():
             await m.engine.start()
         try:
@@ -64,5 +66,6 @@ def create_app(settings: Settings | None = None, *, models: ModelRegistry | None
     guard = Guard(settings, load_policy(settings.content_policy))
     app.state.chat = ChatService(models, tokenizers, settings, guard)
     app.state.completions = CompletionService(models, tokenizers, settings, guard)
+    app.state.generate = GenerateService(models, tokenizers, settings, guard)
     app.state.tokenize = TokenizeService(models, tokenizers, settings)
     return app

@@ -13,9 +13,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ..errors import AuthenticationError, RequestTooLargeError
 from .errors import render_error
 
-__all__ = ["ApiKeyAuth", "BodyLimit"]
+__all__ = ["API_KEY_STATE", "ApiKeyAuth", "BodyLimit"]
 
 OPEN_PATHS = frozenset({"/health"})
+API_KEY_STATE = "api_key"
+"""`request.state.api_key`: the key a request was authenticated with."""
 
 
 class ApiKeyAuth:
@@ -25,25 +27,29 @@ class ApiKeyAuth:
         self.app = app
         self._keys = [k.encode() for k in keys]
 
-    def _valid(self, header: bytes) -> bool:
+    def _match(self, header: bytes) -> bytes | None:
+        """The configured key the header carries, if any."""
         scheme, _, given = header.partition(b" ")
         if scheme.lower() != b"bearer":
-            return False
-        ok = False
+            return None
+        found = None
         for key in self._keys:  # no early exit: every key costs the same compare
-            ok |= hmac.compare_digest(given.strip(), key)
-        return ok
+            if hmac.compare_digest(given.strip(), key):
+                found = key
+        return found
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or not self._keys or scope["path"] in OPEN_PATHS:
             await self.app(scope, receive, send)
             return
         header = dict(scope["headers"]).get(b"authorization", b"")
-        if not self._valid(header):
+        key = self._match(header)
+        if key is None:
             msg = ("Missing API key: send Authorization: Bearer <key>" if not header
                    else "Incorrect API key provided")
             await render_error(AuthenticationError(msg))(scope, receive, send)
             return
+        scope.setdefault("state", {})[API_KEY_STATE] = key.decode()  # who is asking, for serving
         await self.app(scope, receive, send)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TypeVar
 
@@ -14,12 +15,16 @@ from starlette.routing import Route
 from ..protocol.chat import ChatCompletionRequest
 from ..protocol.common import ModelCard, ModelList
 from ..protocol.completions import CompletionRequest
+from ..protocol.generate import GenerateRequest
 from ..protocol.tokenize import DetokenizeRequest, TokenizeRequest, TokenizerList
 from ..serving.chat import ChatService
 from ..serving.completions import CompletionService
+from ..serving.generate import GenerateService
 from ..serving.models import ModelRegistry, ServedModel
+from ..serving.plan import Caller
 from ..serving.tokenize import TokenizeService
 from ._json import ModelResponse
+from .middleware import API_KEY_STATE
 from .sse import sse_frames
 from .validation import parse_body
 
@@ -88,11 +93,25 @@ async def chat_completions(request: Request) -> Response:
                           lambda: service.create(req))
 
 
+def _caller(request: Request) -> Caller:
+    return Caller(api_key=getattr(request.state, API_KEY_STATE, None))
+
+
 async def completions(request: Request) -> Response:
     req = parse_body(await request.body(), CompletionRequest)
     service: CompletionService = request.app.state.completions
-    return await _respond(request, req.stream, lambda: service.stream(req),
-                          lambda: service.create(req))
+    caller = _caller(request)
+    return await _respond(request, req.stream, lambda: service.stream(req, caller),
+                          lambda: service.create(req, caller))
+
+
+async def generate(request: Request) -> Response:
+    """vLLM's tokens-in/tokens-out endpoint (same request and response shapes)."""
+    req = parse_body(await request.body(), GenerateRequest)
+    service: GenerateService = request.app.state.generate
+    caller = _caller(request)
+    return await _respond(request, bool(req.stream), lambda: service.stream(req, caller),
+                          lambda: service.create(req, caller))
 
 
 async def tokenize(request: Request) -> Response:
@@ -136,7 +155,14 @@ async def tokenizer_artifact(request: Request) -> Response:
 
 
 async def health(request: Request) -> Response:
-    return JSONResponse({"status": "ok"})
+    """200 while every model can serve; 503 with the reason when one cannot (no replica up)."""
+    models: ModelRegistry = request.app.state.models
+    report = {m.id: m.engine.health() for m in models.all()}
+    ok = bool(report) and all(h.ok for h in report.values())
+    detail = {name: dataclasses.asdict(h) for name, h in report.items()
+              if h.replicas or not h.ok}
+    body = {"status": "ok" if ok else "unavailable", **({"models": detail} if detail else {})}
+    return JSONResponse(body, status_code=200 if ok else 503)
 
 
 routes = [
@@ -145,6 +171,7 @@ routes = [
     Route("/v1/models/{model:path}", get_model, methods=["GET"]),
     Route("/v1/chat/completions", chat_completions, methods=["POST"]),
     Route("/v1/completions", completions, methods=["POST"]),
+    Route("/inference/v1/generate", generate, methods=["POST"]),
     Route("/v1/tokenize", tokenize, methods=["POST"]),
     Route("/v1/detokenize", detokenize, methods=["POST"]),
     # vLLM serves these two at the root

@@ -28,7 +28,7 @@ from .checks import check_generation_request
 from .generation import ChoiceUpdate, collect, run_choices
 from .logprobs import chat_logprobs
 from .messages import check_messages, message_id_spans, message_texts, render_messages
-from .plan import GenerationService, Plan
+from .plan import GenerationService, Plan, check_engine_features
 from .sampling import choice_params, completion_budget
 from .tokens import check_id_range
 
@@ -57,6 +57,7 @@ class ChatService(GenerationService):
         """Everything checked and the prompt built; nothing has reached the engine yet."""
         _check_shape(req, self._settings)
         model = self._models.get(req.model)
+        check_engine_features(model, logprobs=req.logprobs, prompt_logprobs=False)
         spans = message_id_spans(req.messages)
         space = self._space(model, req.tokenizer_version, req.tokenizer_fallback, bool(spans))
         check_id_range(spans, space.client.tokenizer)

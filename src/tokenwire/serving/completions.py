@@ -29,7 +29,7 @@ from ..protocol.completions import (
 from .checks import check_generation_request
 from .generation import ChoiceUpdate, collect, run_choices
 from .logprobs import LegacyLogprobs
-from .plan import GenerationService, Plan
+from .plan import ANONYMOUS, Caller, GenerationService, Plan, check_engine_features
 from .sampling import choice_params, completion_budget
 from .tokens import IdSpan, check_id_range
 
@@ -68,13 +68,16 @@ class _Plan(Plan):
 
 
 class CompletionService(GenerationService):
-    def plan(self, req: CompletionRequest) -> _Plan:
+    def plan(self, req: CompletionRequest, caller: Caller = ANONYMOUS) -> _Plan:
         check_generation_request(req, self._settings,
                                  logprobs_requested=req.logprobs is not None)
         if req.best_of not in (None, req.n):
             raise UnsupportedParameterError("'best_of' other than n is not supported",
                                             param="best_of")
         model = self._models.get(req.model)
+        check_engine_features(model, logprobs=req.logprobs is not None,
+                              prompt_logprobs=req.echo and req.logprobs is not None,
+                              prompt_param="echo")
         prompts = _prompts(req)
         if len(prompts) > self._settings.max_prompts:
             raise InvalidRequestError(f"at most {self._settings.max_prompts} prompts per "
@@ -82,7 +85,9 @@ class CompletionService(GenerationService):
         spans = [IdSpan(param, p) for param, p in prompts if not isinstance(p, str)]
         space = self._space(model, req.tokenizer_version, req.tokenizer_fallback, bool(spans))
         check_id_range(spans, space.client.tokenizer)
-        warnings = self._guard.check_ids(spans, space.client.tokenizer)
+        # id prompts are raw: rendered by the client, template control ids included
+        warnings = self._guard.check_ids(spans, space.client.tokenizer, raw_prompt=True,
+                                         caller_key=caller.api_key)
         dec = space.client.tokenizer.decode
         self._guard.check_texts(
             [(param, p if isinstance(p, str) else dec(p)) for param, p in prompts], "prompt")
@@ -132,8 +137,8 @@ class CompletionService(GenerationService):
         prompt = plan.prompt_of(choice)
         return [TokenEvent(prompt[0]), *scored]
 
-    async def create(self, req: CompletionRequest) -> Completion:
-        plan = self.plan(req)
+    async def create(self, req: CompletionRequest, caller: Caller = ANONYMOUS) -> Completion:
+        plan = self.plan(req, caller)
         updates = await self._start(plan)
         acc = await collect(updates, len(plan.prompts) * req.n)
         tok = plan.model.tokenizer
@@ -158,8 +163,9 @@ class CompletionService(GenerationService):
         return Completion(**plan.envelope(), warnings=plan.warnings, choices=choices,
                           usage=plan.usage(sum(a.n_sampled for a in acc)))
 
-    async def stream(self, req: CompletionRequest) -> AsyncIterator[CompletionChunk]:
-        plan = self.plan(req)
+    async def stream(self, req: CompletionRequest, caller: Caller = ANONYMOUS,
+                     ) -> AsyncIterator[CompletionChunk]:
+        plan = self.plan(req, caller)
         updates = await self._start(plan)
         return self._chunks(plan, updates)
 

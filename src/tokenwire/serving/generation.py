@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass, field
 
 from ..engines.base import (
     Engine,
-    EngineEvent,
+    EventStream,
     FinishEvent,
     PromptLogprobsEvent,
     SamplingParams,
@@ -37,6 +37,9 @@ class ChoiceUpdate:
     """On the finishing update: every token the model sampled for this choice."""
     prompt_logprobs: tuple[TokenEvent, ...] | None = None
     """Once, before any output, when the prompt was scored."""
+    stop_event: TokenEvent | None = None
+    """On the finishing update: the end-of-generation token that ended the choice, if one did
+    (it is not part of the delta)."""
 
 
 @dataclass
@@ -49,6 +52,7 @@ class ChoiceResult:
     prompt_logprobs: tuple[TokenEvent, ...] = ()
     finish_reason: str | None = None
     stop_reason: int | str | None = None
+    stop_event: TokenEvent | None = None
     n_sampled: int = 0
 
     @property
@@ -64,6 +68,7 @@ class ChoiceResult:
         if u.finish_reason is not None:
             self.finish_reason = u.finish_reason
             self.stop_reason = u.stop_reason
+            self.stop_event = u.stop_event
             self.n_sampled = u.n_sampled
 
 
@@ -78,7 +83,7 @@ async def collect(updates: AsyncGenerator[ChoiceUpdate, None], n: int) -> list[C
 OutputCheck = Callable[[str], object | None]
 
 
-async def _pump(index: int, stream: AsyncIterator[EngineEvent], decoder: OutputDecoder,
+async def _pump(index: int, stream: EventStream, decoder: OutputDecoder,
                 out: asyncio.Queue[ChoiceUpdate | BaseException],
                 check: OutputCheck | None) -> None:
     n_sampled = 0
@@ -107,20 +112,21 @@ async def _pump(index: int, stream: AsyncIterator[EngineEvent], decoder: OutputD
                 if ev.stop_token is not None:
                     n_sampled += 1
                     stop_reason = ev.stop_token.token_id
+                if ev.n_sampled is not None:
+                    n_sampled = ev.n_sampled  # the upstream's own count (text-only engines)
                 out.put_nowait(ChoiceUpdate(index, decoder.finish(), ev.reason, stop_reason,
-                                            n_sampled))
+                                            n_sampled, stop_event=ev.stop_token))
                 return
     except Exception as exc:  # noqa: BLE001 - handed to the consumer, which raises it
         out.put_nowait(exc)
     finally:
-        aclose = getattr(stream, "aclose", None)
-        if aclose is not None:
-            await aclose()
+        await stream.aclose()
 
 
 async def run_choices(engine: Engine, jobs: Sequence[tuple[Sequence[int], SamplingParams]],
                       tokenizer: HFTokenizer, stop: Sequence[str], *,
                       token_aligned: bool, output_check: OutputCheck | None = None,
+                      keep_stop_token: bool = False,
                       ) -> AsyncGenerator[ChoiceUpdate, None]:
     """One choice per (prompt, params) job; updates carry the job's index."""
     most = engine.info.max_sequences
@@ -128,21 +134,21 @@ async def run_choices(engine: Engine, jobs: Sequence[tuple[Sequence[int], Sampli
         raise InvalidRequestError(
             f"this request needs {len(jobs)} sequences (prompts x n); this server holds at "
             f"most {most} at once", param="n", code="invalid_value")
-    streams: list[AsyncIterator[EngineEvent]] = []
-    try:
-        for prompt, p in jobs:
-            streams.append(engine.generate(prompt, p))
-    except BaseException:
+    # admitted together (one round trip, not n, on an upstream); all or none
+    admitted = await asyncio.gather(*(engine.submit(prompt, p) for prompt, p in jobs),
+                                    return_exceptions=True)
+    streams = [s for s in admitted if not isinstance(s, BaseException)]
+    failed = [s for s in admitted if isinstance(s, BaseException)]
+    if failed:
         for s in streams:
-            aclose = getattr(s, "aclose", None)
-            if aclose is not None:
-                await aclose()
-        raise
-    decoders = [OutputDecoder(tokenizer, stop, token_aligned=token_aligned) for _ in streams]
+            await s.aclose()
+        raise failed[0]
+    decoders = [OutputDecoder(tokenizer, stop, token_aligned=token_aligned,
+                              keep_stop_token=keep_stop_token) for _ in streams]
     return _merge(streams, decoders, output_check)
 
 
-async def _merge(streams: list[AsyncIterator[EngineEvent]], decoders: list[OutputDecoder],
+async def _merge(streams: list[EventStream], decoders: list[OutputDecoder],
                  check: OutputCheck | None) -> AsyncGenerator[ChoiceUpdate, None]:
     queue: asyncio.Queue[ChoiceUpdate | BaseException] = asyncio.Queue()
     tasks = [

@@ -12,7 +12,11 @@ from ..protocol.common import ResponseWarning
 from ..tokenizers.hf import HFTokenizer
 from .tokens import IdSpan, check_special_ids, is_canonical
 
-__all__ = ["Guard"]
+__all__ = ["RAW_PROMPT_HINT", "Guard"]
+
+RAW_PROMPT_HINT = ("raw prompts with control tokens are allowed on a keyless loopback server, "
+                   "or with TOKENWIRE_RAW_PROMPTS=allow, or for keys in "
+                   "TOKENWIRE_RAW_PROMPT_KEYS")
 
 
 class Guard:
@@ -20,16 +24,24 @@ class Guard:
         self._settings = settings
         self.policy = policy
 
-    def check_ids(self, spans: Sequence[IdSpan], tokenizer: HFTokenizer,
+    def check_ids(self, spans: Sequence[IdSpan], tokenizer: HFTokenizer, *,
+                  raw_prompt: bool = False, caller_key: str | None = None,
                   ) -> list[ResponseWarning]:
-        """Limits, control tokens, canonicality; returns the warnings of `flag` mode."""
+        """Limits, control tokens, canonicality; returns the warnings of `flag` mode.
+
+        `raw_prompt`: the spans are whole prompts the client rendered itself (completions with
+        ids, /inference/v1/generate), which carry the template's control ids where the
+        deployment allows raw prompts for this caller."""
         s = self._settings
         total = sum(len(span.ids) for span in spans)
         if total > s.max_request_token_ids:
             raise InvalidRequestError(
                 f"this request sends {total} token ids; the limit is {s.max_request_token_ids}",
                 param=spans[0].param.split("[")[0] if spans else None, code="invalid_value")
-        if not s.allow_special_token_ids:
+        if raw_prompt:
+            if not s.raw_prompts_allowed(caller_key):
+                check_special_ids(spans, tokenizer, hint=RAW_PROMPT_HINT)
+        elif not s.allow_special_token_ids:
             check_special_ids(spans, tokenizer)
         warnings = []
         for span in spans:

@@ -1,55 +1,56 @@
-"""Load a GGUF chat model: its tokenizer version (registered and stored), engine and template."""
+"""Load the served model: its pinned tokenizer version, its engine (chosen by name), its
+chat template. The one place where an engine is chosen and started.
+
+The tokenizer comes from the model's own files (the GGUF, or the upstream model's Hugging Face
+directory); the engine checks its ids against that tokenizer when it starts, and refuses to
+serve on any difference (a gateway's clients would get ids that mean something else).
+"""
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from pathlib import Path
 
 from ..config import Settings
-from ..engines.llamacpp import LlamaCppEngine
-from ..tokenizers.gguf import tokenizer_from_gguf
+from ..engines.registry import EngineSpec, create_engine
 from ..tokenizers.registry import TokenizerRegistry
-from .models import ServedModel, default_model_name
+from ..tokenizers.source import TokenizerSource, load_tokenizer
+from .models import ServedModel
 from .template import ChatTemplate
 
-__all__ = ["TokenizerParityError", "load_gguf_model"]
+__all__ = ["load_model"]
 
 log = logging.getLogger(__name__)
 
-#: A spot check run at every start; tests/tokenizers runs the full corpus.
-_PARITY_SAMPLE = (
-    "Hello, world! 1234567 tokens",
-    "  leading spaces\n\n\ttabs and\r\nnewlines  ",
-    "héllo wörld – ünïcödé, 日本語, עברית, русский",
-    "emoji 🎉👨‍👩‍👧 and <|im_start|>marker strings<|im_end|> typed as text",
-    "def f(x):\n    return x ** 2  # comment\n",
-)
+
+async def _eog_ids(source: TokenizerSource, settings: Settings) -> frozenset[int]:
+    if source.eog_ids is not None:
+        return source.eog_ids
+    # a GGUF: llama.cpp's own rules decide which ids end generation (also for llama-server)
+    from ..engines._llama import vocab_eog_ids
+
+    return await asyncio.to_thread(vocab_eog_ids, settings.tokenizer_path())
 
 
-class TokenizerParityError(RuntimeError):
-    """The portable tokenizer disagrees with the engine's own: serving would mislead clients."""
-
-
-async def load_gguf_model(path: Path, settings: Settings,
-                          tokenizers: TokenizerRegistry) -> ServedModel:
-    info = tokenizer_from_gguf(path)
-    tok = info.tokenizer
-    entry = tokenizers.register(tok, aliases=[tok.family], chat_template=info.chat_template,
-                                bos_id=info.bos_id, eos_id=info.eos_id, add_bos=info.add_bos)
-    name = settings.served_model_name or default_model_name(path)
-    engine = LlamaCppEngine(path, model_id=name, max_model_len=settings.max_model_len,
-                            n_parallel=settings.n_parallel, n_batch=settings.n_batch,
-                            n_threads=settings.n_threads, max_queued=settings.max_queued)
-    await engine.start()
-    for text in _PARITY_SAMPLE:
-        if engine.llama.tokenize(text) != tok.encode(text):
-            await engine.aclose()
-            raise TokenizerParityError(
-                f"the portable tokenizer of {path.name} does not match llama.cpp on {text!r}"
-            )
+async def load_model(settings: Settings, tokenizers: TokenizerRegistry) -> ServedModel:
+    path = settings.tokenizer_path()
+    source = await asyncio.to_thread(load_tokenizer, path)
+    tok = source.tokenizer
+    entry = tokenizers.register(tok, aliases=[tok.family], chat_template=source.chat_template,
+                                bos_id=source.bos_id, eos_id=source.eos_id,
+                                add_bos=source.add_bos)
+    engine = create_engine(settings.engine,
+                           EngineSpec(settings, source, await _eog_ids(source, settings)))
+    try:
+        await engine.start()
+    except BaseException:
+        await engine.aclose()
+        raise
     template = None
-    if info.chat_template:
-        template = ChatTemplate(info.chat_template, tok, bos_id=info.bos_id,
-                                eos_id=info.eos_id, add_bos=info.add_bos)
-    log.info("serving %s as %r with tokenizer %s", path.name, name, tok.version)
+    if source.chat_template:
+        template = ChatTemplate(source.chat_template, tok, bos_id=source.bos_id,
+                                eos_id=source.eos_id, add_bos=source.add_bos)
+    name = settings.served_model_name or engine.info.model
+    log.info("serving %r on the %s engine with tokenizer %s (from %s)", name, settings.engine,
+             tok.version, path.name)
     return ServedModel(id=name, engine=engine, tokenizer_entry=entry, template=template)

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from ..engines.base import Engine
 from ..errors import InvalidRequestError, ModelNotFoundError
@@ -13,7 +11,7 @@ from ..tokenizers.hf import HFTokenizer
 from ..tokenizers.registry import TokenizerEntry
 from .template import ChatTemplate
 
-__all__ = ["ModelRegistry", "ServedModel", "default_model_name"]
+__all__ = ["ModelRegistry", "ServedModel"]
 
 
 @dataclass
@@ -64,10 +62,13 @@ class ModelRegistry:
     def all(self) -> list[ServedModel]:
         return list(self._models.values())
 
+    def only(self) -> ServedModel:
+        """The model a request that names none means: the only one served."""
+        if len(self._models) != 1:
+            raise InvalidRequestError(
+                "name the model: this server serves " + (", ".join(sorted(self._models))
+                                                         or "none"),
+                param="model", code="missing_required_parameter")
+        return next(iter(self._models.values()))
 
-_QUANT_SUFFIX = re.compile(r"[.-](i?q\d\w*|f16|f32|bf16)$", re.IGNORECASE)
 
-
-def default_model_name(path: Path) -> str:
-    """`SmolLM2-135M-Instruct.Q4_1.gguf` -> `SmolLM2-135M-Instruct`."""
-    return _QUANT_SUFFIX.sub("", path.stem)

@@ -36,9 +36,12 @@ class Delta:
 
 class OutputDecoder:
     def __init__(self, tokenizer: Tokenizer, stop: Sequence[str] = (), *,
-                 token_aligned: bool = True):
+                 token_aligned: bool = True, keep_stop_token: bool = False):
+        """`keep_stop_token`: on a stop string, keep the token that completed it (vLLM's rule
+        for `token_ids`, used by /inference/v1/generate, which returns ids only)."""
         self._tok = tokenizer
         self._aligned = token_aligned
+        self._keep = keep_stop_token
         self._stops = [s.encode() for s in stop if s]
         self._longest = max((len(s) for s in self._stops), default=0)
         self._held: list[TokenEvent] = []
@@ -64,7 +67,8 @@ class OutputDecoder:
             return delta
         at, stop = hit
         self.stop_string = stop.decode()
-        n = self._count_before(at)
+        # the match completes inside the token just pushed, the last one held
+        n = len(self._held) if self._keep else self._count_before(at)
         delta = self._release(self._held[:n], self._held_bytes[:n])
         if not self._aligned:
             # the text of the straddling token that precedes the stop string (not its id)

@@ -8,13 +8,39 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import Settings
+from ..errors import UnsupportedParameterError
 from ..protocol.common import ResponseWarning
 from ..tokenizers.registry import TokenizerRegistry
 from .guard import Guard
 from .models import ModelRegistry, ServedModel
 from .tokens import TokenSpace, resolve_token_space
 
-__all__ = ["GenerationService", "Plan"]
+__all__ = ["ANONYMOUS", "Caller", "GenerationService", "Plan", "check_engine_features"]
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who sent the request, as far as serving cares (the HTTP layer fills it in)."""
+
+    api_key: str | None = None
+    """The key the request was authenticated with (None on a keyless server)."""
+
+
+ANONYMOUS = Caller()
+
+
+def check_engine_features(model: ServedModel, *, logprobs: bool, prompt_logprobs: bool,
+                          prompt_param: str = "prompt_logprobs") -> None:
+    """What the model's engine cannot do is refused by name, never silently dropped."""
+    info = model.engine.info
+    if logprobs and not info.supports_logprobs:
+        raise UnsupportedParameterError(
+            f"logprobs are not available for model {model.id!r}: its engine returns text, "
+            "not the ids it sampled", param="logprobs")
+    if prompt_logprobs and not info.supports_prompt_logprobs:
+        raise UnsupportedParameterError(
+            f"model {model.id!r} cannot score prompt tokens (its engine has no prompt "
+            "logprobs)", param=prompt_param)
 
 
 @dataclass(kw_only=True)
@@ -36,8 +62,16 @@ class Plan:
         env: dict[str, Any] = {"id": self.id, "created": self.created, "model": self.model.id}
         if self.shows_ids:
             env["tokenizer_version"] = self.space.client.version
-            env["token_ids_source"] = self.space.source
+            env["token_ids_source"] = self.source
         return env
+
+    @property
+    def source(self) -> str:
+        """Where the output ids come from: what the model sampled, or a re-encoding of text
+        (translated into the client's version, or an upstream that returns only text)."""
+        if self.space.translate:
+            return "translated"
+        return self.model.engine.info.token_ids_source
 
 
 class GenerationService:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import secrets
-
 from ..engines.base import SamplingParams
 from ..errors import ContextLengthExceededError, InvalidRequestError
 
@@ -53,23 +51,27 @@ def completion_budget(*, prompt_len: int, max_model_len: int, requested: int | N
 
 def choice_params(*, n: int, max_tokens: int, temperature: float | None, top_p: float | None,
                   seed: int | None, logprobs: int | None, presence_penalty: float = 0.0,
-                  frequency_penalty: float = 0.0,
-                  prompt_logprobs: int | None = None) -> list[SamplingParams]:
+                  frequency_penalty: float = 0.0, prompt_logprobs: int | None = None,
+                  stop_token_ids: frozenset[int] = frozenset(), ignore_eos: bool = False,
+                  cache_salt: str | None = None) -> list[SamplingParams]:
     """Choice i draws with `seed + i`, so a seeded request is reproducible and its choices
-    differ; without a seed every choice gets a fresh random one."""
+    differ; without a seed every choice is left to the engine's own randomness (seed None, so
+    an engine can tell a seeded request, which it must reproduce, from one that is not)."""
     if seed is not None and not -(2**63) <= seed < 2**64:
         raise InvalidRequestError("seed must fit in 64 bits", param="seed", code="invalid_value")
-    base = seed if seed is not None else secrets.randbits(64)
     return [
         SamplingParams(
             max_tokens=max_tokens,
             temperature=1.0 if temperature is None else temperature,
             top_p=1.0 if top_p is None else top_p,
-            seed=_seed32(base + i),
+            seed=_seed32(seed + i) if seed is not None else None,
             logprobs=logprobs,
             presence_penalty=presence_penalty,
             frequency_penalty=frequency_penalty,
             prompt_logprobs=prompt_logprobs,
+            stop_token_ids=stop_token_ids,
+            ignore_eos=ignore_eos,
+            cache_salt=cache_salt,
         )
         for i in range(n)
     ]

@@ -60,10 +60,6 @@ class TokenSpace:
     translate: bool
     """True when `client` is not the model's version and the request asked to go via text."""
 
-    @property
-    def source(self) -> str:
-        return "translated" if self.translate else "sampled"
-
 
 def resolve_token_space(*, target: TokenizerEntry, target_name: str,
                         registry: TokenizerRegistry, version: str | None, fallback: str,
@@ -105,7 +101,8 @@ def check_id_range(spans: Sequence[IdSpan], tokenizer: HFTokenizer) -> None:
                 )
 
 
-def check_special_ids(spans: Sequence[IdSpan], tokenizer: HFTokenizer) -> None:
+def check_special_ids(spans: Sequence[IdSpan], tokenizer: HFTokenizer, *,
+                      hint: str = "this server does not allow them") -> None:
     """Control tokens in client ids would let a user forge structure
     (`<|im_end|><|im_start|>system`): refused, at their exact position."""
     special = tokenizer.special_ids
@@ -116,7 +113,7 @@ def check_special_ids(spans: Sequence[IdSpan], tokenizer: HFTokenizer) -> None:
             if t in special:
                 raise SpecialTokenNotAllowedError(
                     f"token id {t} is the control token {tokenizer.token_str(t)!r}; control "
-                    "tokens are not allowed in client ids (this server does not allow them)",
+                    f"tokens are not allowed in client ids ({hint})",
                     param=f"{span.param}[{k}]",
                 )
 
@@ -150,7 +147,23 @@ def valid_utf8_span(pieces: Sequence[bytes]) -> tuple[int, int]:
 
 
 def is_canonical(ids: Sequence[int], tokenizer: HFTokenizer) -> bool:
-    """Are `ids` the tokenizer's own encoding of their text (edges cut mid-character aside)?"""
+    """Are `ids` the tokenizer's own encoding of their text (edges cut mid-character aside)?
+    Control tokens (in a raw prompt) split the check: the text between them is checked."""
+    special = tokenizer.special_ids
+    if not special.isdisjoint(ids):
+        run: list[int] = []
+        for t in [*ids, next(iter(special))]:
+            if t in special:
+                if not _is_canonical_text(run, tokenizer):
+                    return False
+                run = []
+            else:
+                run.append(t)
+        return True
+    return _is_canonical_text(ids, tokenizer)
+
+
+def _is_canonical_text(ids: Sequence[int], tokenizer: HFTokenizer) -> bool:
     if not ids:
         return True
     pieces = [tokenizer.token_bytes(t) for t in ids]

@@ -8,16 +8,15 @@ of the file's `tokenizer.ggml.pre`, its merges, and its control tokens as specia
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ._gguf import read_metadata
 from .hf import HFTokenizer, canonical_json
+from .source import TokenizerSource, TokenizerSourceError, family_name
 
-__all__ = ["GGUFTokenizerInfo", "UnsupportedTokenizerError", "tokenizer_from_gguf"]
+__all__ = ["UnsupportedTokenizerError", "tokenizer_from_gguf"]
 
 # llama.cpp token types (enum llama_token_type)
 _CONTROL = 3
@@ -44,27 +43,13 @@ _BPE_PRE: dict[str, list[str]] = {
 }
 
 
-class UnsupportedTokenizerError(ValueError):
+class UnsupportedTokenizerError(TokenizerSourceError):
     """The GGUF file's tokenizer has no portable equivalent here yet."""
-
-
-@dataclass(frozen=True)
-class GGUFTokenizerInfo:
-    """What the model file says about its tokenizer, beside the tokenizer itself."""
-
-    tokenizer: HFTokenizer
-    chat_template: str | None
-    bos_id: int | None
-    eos_id: int | None
-    add_bos: bool
-    context_length: int | None
-    name: str | None
 
 
 def _family(meta: dict[str, Any], vocab_size: int) -> str:
     base = meta.get("general.basename") or meta.get("general.name") or meta["tokenizer.ggml.pre"]
-    slug = re.sub(r"[^a-z0-9._-]+", "-", str(base).lower()).strip("-") or "gguf"
-    return f"{slug}-{round(vocab_size / 1000)}k"
+    return family_name(str(base), vocab_size)
 
 
 def _added_tokens(tokens: list[str], types: list[int]) -> list[dict[str, Any]]:
@@ -120,7 +105,7 @@ _BUILDERS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
 }
 
 
-def tokenizer_from_gguf(path: str | Path) -> GGUFTokenizerInfo:
+def tokenizer_from_gguf(path: str | Path) -> TokenizerSource:
     meta = read_metadata(path)
     kind = meta.get("tokenizer.ggml.model")
     builder = _BUILDERS.get(str(kind))
@@ -130,7 +115,7 @@ def tokenizer_from_gguf(path: str | Path) -> GGUFTokenizerInfo:
     n_vocab = len(meta["tokenizer.ggml.tokens"])
     arch = meta.get("general.architecture")
     tok = HFTokenizer(canonical_json(spec), family=_family(meta, n_vocab))
-    return GGUFTokenizerInfo(
+    return TokenizerSource(
         tokenizer=tok,
         chat_template=meta.get("tokenizer.chat_template"),
         bos_id=meta.get("tokenizer.ggml.bos_token_id"),

@@ -109,6 +109,14 @@ class HFTokenizer:
         tok = self._special if parse_special else self._plain
         return tok.encode(text, add_special_tokens=False).ids
 
+    def encode_segments(self, segments: Sequence[str]) -> list[int]:
+        """The ids of text already cut into pre-tokenizer segments, each encoded on its own
+        (a segment's ids do not depend on what follows it; its re-split alone might)."""
+        if not segments:
+            return []
+        return self._plain.encode(list(segments), is_pretokenized=True,
+                                  add_special_tokens=False).ids
+
     def token_bytes(self, token_id: int) -> bytes:
         return self._bytes[token_id]
 
@@ -121,6 +129,25 @@ class HFTokenizer:
 
     def token_str(self, token_id: int) -> str:
         return self._strs[token_id]
+
+    def pre_tokenize(self, text: str) -> list[tuple[int, int]]:
+        """The (start, end) character offsets of the segments BPE encodes one by one."""
+        pre = self._plain.pre_tokenizer
+        if pre is None:
+            return [(0, len(text))] if text else []
+        return [span for _, span in pre.pre_tokenize_str(text)]
+
+    @cached_property
+    def segment_local(self) -> bool:
+        """Is encode(a + b) == encode(a) + encode(b) whenever a ends at a segment boundary?
+        True for byte-level BPE without a normalizer (the GGUF-built artifacts); not for a
+        normalizer or a SentencePiece prefix that only the first word gets."""
+        spec = json.loads(self.artifact)
+        pre = spec.get("pre_tokenizer") or {}
+        kinds = [p.get("type") for p in pre.get("pretokenizers", [pre])]
+        return (spec.get("normalizer") is None and spec["model"]["type"] == "BPE"
+                and bool(kinds) and all(k in ("Split", "ByteLevel", "Digits") for k in kinds)
+                and not any(p.get("add_prefix_space") for p in pre.get("pretokenizers", [pre])))
 
     @cached_property
     def special_tokens(self) -> dict[str, int]:

@@ -1,0 +1,138 @@
+"""llama.cpp's own server (`llama-server`), token in / token out: `POST /completion`.
+
+Written from the llama.cpp sources llama-cpp-python 0.3.36 vendors (tools/server) and checked
+against that server built from them (docs/engines.md). Its conventions, translated here:
+- the prompt is a token array (used as is: no BOS added); `return_tokens` and each stream
+  chunk's `tokens` carry the sampled ids, the end-of-generation id included: a sampled id that
+  ends the output (EOG, or a request's stop id, which llama-server has no field for) becomes
+  the `FinishEvent`'s stop token, and the stream is closed there, which cancels the slot;
+- the sampler chain is named (`samplers`), so it is exactly ours: `temperature` alone for
+  greedy, `temperature` then `top_p` then the seeded draw otherwise, none of llama-server's
+  own defaults (top-k 40, min-p 0.05, ...) in between;
+- `n_probs` gives raw (pre-sampling) logprobs with ids, one entry per chunk;
+- fields whose llama-server meaning differs are refused by name: penalties (it counts the
+  prompt too; OpenAI's count the output only), `ignore_eos` (it bans EOG ids instead of
+  sampling past them), prompt logprobs (it has none);
+- the context per sequence is the slot's (`/props` `n_ctx`), not the `-c` total.
+Start llama-server with `-fa off` for output identical to the embedded engine (llama.cpp's CPU
+flash attention changes the numerics).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+import httpx
+
+from ..errors import ContextLengthExceededError, TokenwireError, UnsupportedParameterError
+from .base import EngineEvent, EngineInfo, FinishEvent, SamplingParams, TokenEvent
+from .registry import EngineSpec
+from .upstream import ChunkDecoder, Replica, UpstreamEngine, UpstreamInfo, upstream_error
+
+__all__ = ["LlamaServerEngine"]
+
+
+class _Decoder(ChunkDecoder):
+    def __init__(self, params: SamplingParams, stops: frozenset[int]):
+        self._params = params
+        self._stops = stops
+
+    def feed(self, chunk: dict[str, Any]) -> list[EngineEvent]:
+        k = self._params.logprobs
+        probs = chunk.get("completion_probabilities") or []
+        events: list[EngineEvent] = []
+        for j, t in enumerate(chunk.get("tokens") or []):
+            ev = TokenEvent(t)
+            if k is not None and j < len(probs):
+                p = probs[j]
+                top = tuple((int(e["id"]), float(e["logprob"]))
+                            for e in p.get("top_logprobs") or [])[:k]
+                ev = TokenEvent(t, float(p["logprob"]), top)
+            if self._params.max_tokens == 0:  # llama-server samples one token anyway
+                return [FinishEvent("length")]
+            if t in self._stops:
+                return [*events, FinishEvent("stop", stop_token=ev)]
+            events.append(ev)
+        if chunk.get("stop"):
+            # "eos" was handled with its token; "limit": n_predict or the slot is full
+            events.append(FinishEvent("length" if chunk.get("stop_type") == "limit"
+                                      else "stop"))
+        return events
+
+
+class LlamaServerEngine(UpstreamEngine):
+    name = "llama-server"
+
+    def __init__(self, spec: EngineSpec, *, transport: httpx.AsyncBaseTransport | None = None):
+        super().__init__(spec, transport=transport)
+        self._tokenize_slots = asyncio.Semaphore(16)
+
+    async def describe(self, replica: Replica) -> UpstreamInfo:
+        props = await self.get_json(replica, "/props")
+        n_ctx = props.get("default_generation_settings", {}).get("n_ctx")
+        if not isinstance(n_ctx, int):
+            raise ValueError("its /props has no default_generation_settings.n_ctx")
+        models = await self.get_json(replica, "/v1/models")
+        name = str((models.get("data") or [{}])[0].get("id") or props.get("model_alias"))
+        return UpstreamInfo(model=name, max_model_len=n_ctx,
+                            mode=f"{props.get('total_slots', '?')} slots")
+
+    def engine_info(self, first: UpstreamInfo) -> EngineInfo:
+        base = super().engine_info(first)
+        return EngineInfo(model=base.model, max_model_len=base.max_model_len,
+                          vocab_size=base.vocab_size, eog_ids=base.eog_ids,
+                          supports_prompt_logprobs=False)
+
+    async def tokenize(self, replica: Replica, texts: Sequence[str]) -> list[list[int]] | None:
+        async def one(text: str) -> list[int]:
+            async with self._tokenize_slots:
+                r = await self.http.post(replica.url + "/tokenize", json={
+                    "content": text, "add_special": False, "parse_special": True})
+            r.raise_for_status()
+            return list(r.json()["tokens"])
+
+        return list(await asyncio.gather(*(one(t) for t in texts)))
+
+    def protocol_error(self, status: int, body: Any, url: str) -> TokenwireError:
+        err = body.get("error") if isinstance(body, dict) else None
+        if isinstance(err, dict) and err.get("type") == "exceed_context_size_error":
+            return ContextLengthExceededError(f"upstream {url}: {err.get('message')}",
+                                              param="prompt")
+        return upstream_error(status, body, url)
+
+    def request(self, replica: Replica, prompt: Sequence[int],
+                params: SamplingParams) -> tuple[str, dict[str, Any]]:
+        if params.presence_penalty or params.frequency_penalty:
+            raise UnsupportedParameterError(
+                "llama-server counts prompt tokens in its penalties (OpenAI's count the output "
+                "only), so they are not offered on this model",
+                param="presence_penalty" if params.presence_penalty else "frequency_penalty")
+        if params.ignore_eos:
+            raise UnsupportedParameterError(
+                "llama-server bans end-of-generation ids instead of sampling past them",
+                param="ignore_eos")
+        if params.prompt_logprobs is not None:
+            raise UnsupportedParameterError("llama-server cannot score prompt tokens",
+                                            param="prompt_logprobs")
+        greedy = params.temperature <= 0
+        body: dict[str, Any] = {
+            "prompt": list(prompt),
+            "n_predict": max(1, params.max_tokens),
+            "temperature": 0.0 if greedy else params.temperature,
+            "top_p": params.top_p,
+            "samplers": ["temperature"] if greedy else ["temperature", "top_p"],
+            "stream": True,
+            "return_tokens": True,
+            "cache_prompt": True,
+        }
+        if params.seed is not None:
+            body["seed"] = params.seed
+        if params.logprobs is not None:
+            body["n_probs"] = max(1, params.logprobs)  # 0 would send no logprob at all
+        return "/completion", body
+
+    def decoder(self, replica: Replica, prompt: Sequence[int],
+                params: SamplingParams) -> ChunkDecoder:
+        return _Decoder(params, params.stops(self.info.eog_ids))

@@ -1,0 +1,116 @@
+"""A text-only OpenAI-compatible upstream (Ollama, a hosted API, any `/v1/completions`).
+
+Such a server takes text and returns text, so this is the one engine where ids cross a text
+boundary, and it says so: `token_ids_source: "retokenized"`, never "sampled". The prompt ids
+(rendered by the gateway's token-space template) are decoded with the pinned tokenizer and sent
+as the prompt of `POST /v1/completions`; the text that streams back is re-encoded with the same
+tokenizer by an incremental encoder, which only emits ids that later text cannot change, so the
+streamed ids are exactly the ids of the whole output.
+
+Decoding a rendered prompt gives the template's control tokens as their strings; servers that
+parse special tokens in prompts (llama-server, vLLM) turn them back into the same ids.
+Logprobs carry no ids here and are refused by name; usage counts the upstream's own tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import httpx
+
+from ..errors import UnsupportedParameterError
+from ..tokenizers.reencode import IncrementalEncoder
+from .base import EngineEvent, EngineInfo, FinishEvent, SamplingParams, TokenEvent
+from .registry import EngineSpec
+from .upstream import ChunkDecoder, Replica, UpstreamEngine, UpstreamInfo
+
+__all__ = ["OpenAITextEngine"]
+
+
+class _TextDecoder(ChunkDecoder):
+    def __init__(self, encoder: IncrementalEncoder):
+        self._enc = encoder
+        self._reason: str | None = None
+
+    def feed(self, chunk: dict[str, Any]) -> list[EngineEvent]:
+        events: list[EngineEvent] = []
+        for choice in chunk.get("choices") or []:
+            text = choice.get("text") or ""
+            events += [TokenEvent(t) for t in self._enc.push(text)]
+            if choice.get("finish_reason") is not None:
+                self._reason = "length" if choice["finish_reason"] == "length" else "stop"
+        usage = chunk.get("usage")
+        if isinstance(usage, dict) and self._reason is not None:  # the trailing usage chunk
+            events += self._finish(usage.get("completion_tokens"))
+        return events
+
+    def end(self) -> list[EngineEvent]:
+        return self._finish(None) if self._reason is not None else []
+
+    def _finish(self, counted: Any) -> list[EngineEvent]:
+        events: list[EngineEvent] = [TokenEvent(t) for t in self._enc.finish()]
+        reason: Literal["stop", "length"] = "length" if self._reason == "length" else "stop"
+        self._reason = None
+        return [*events, FinishEvent(reason, n_sampled=counted if isinstance(counted, int)
+                                     else None)]
+
+
+class OpenAITextEngine(UpstreamEngine):
+    name = "openai"
+    health_path = "/v1/models"
+
+    def __init__(self, spec: EngineSpec, *, transport: httpx.AsyncBaseTransport | None = None):
+        super().__init__(spec, transport=transport)
+        self._tok = spec.source.tokenizer
+
+    async def describe(self, replica: Replica) -> UpstreamInfo:
+        data = await self.get_json(replica, "/v1/models")
+        cards = data.get("data") or []
+        if not cards:
+            raise ValueError("its /v1/models lists no model")
+        card = next((c for c in cards if c.get("id") == self.model_name), cards[0])
+        # the context length: the upstream's word if it gives one, else the model's own files
+        length = (card.get("max_model_len") or self._settings.max_model_len
+                  or self._spec.source.context_length)
+        if not isinstance(length, int):
+            raise ValueError("it does not say its context length; set --max-model-len")
+        return UpstreamInfo(model=str(card["id"]), max_model_len=length, mode="text")
+
+    async def tokenize(self, replica: Replica, texts: Sequence[str]) -> list[list[int]] | None:
+        return None  # a text server has no ids to compare
+
+    def engine_info(self, first: UpstreamInfo) -> EngineInfo:
+        base = super().engine_info(first)
+        return EngineInfo(model=base.model, max_model_len=base.max_model_len,
+                          vocab_size=base.vocab_size, eog_ids=base.eog_ids,
+                          token_ids_source="retokenized", supports_logprobs=False,
+                          supports_prompt_logprobs=False)
+
+    def request(self, replica: Replica, prompt: Sequence[int],
+                params: SamplingParams) -> tuple[str, dict[str, Any]]:
+        if params.logprobs is not None or params.prompt_logprobs is not None:
+            raise UnsupportedParameterError(
+                "logprobs need the ids the model sampled; this server's upstream returns text "
+                "only", param="logprobs")
+        body: dict[str, Any] = {
+            "model": self.model_name,
+            "prompt": self._tok.decode(prompt),
+            "max_tokens": params.max_tokens,
+            "temperature": params.temperature,
+            "top_p": params.top_p,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if params.seed is not None:
+            body["seed"] = params.seed
+        if params.presence_penalty:
+            body["presence_penalty"] = params.presence_penalty
+        if params.frequency_penalty:
+            body["frequency_penalty"] = params.frequency_penalty
+        return "/v1/completions", body
+
+    def decoder(self, replica: Replica, prompt: Sequence[int],
+                params: SamplingParams) -> ChunkDecoder:
+        return _TextDecoder(IncrementalEncoder(self._tok))
+

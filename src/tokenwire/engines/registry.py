@@ -1,0 +1,80 @@
+"""Engines by name: `--engine NAME` picks one factory here, and nothing else chooses.
+
+Each engine lives in one module; the factories import it only when chosen, so a gateway in
+front of vLLM never loads llama.cpp and the embedded default never imports an HTTP engine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..config import ENGINE_NAMES, Settings
+from ..tokenizers.source import TokenizerSource
+from .base import Engine
+
+__all__ = ["ENGINES", "EngineSpec", "create_engine"]
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """What an engine factory is given."""
+
+    settings: Settings
+    source: TokenizerSource
+    """The pinned tokenizer (which the engine checks its own against at start) and what the
+    model's files say: chat template, BOS/EOS."""
+    eog_ids: frozenset[int]
+    """The ids that end generation, as the model's files define them."""
+
+
+def _embedded(spec: EngineSpec) -> Engine:
+    from .llamacpp import LlamaCppEngine
+
+    s = spec.settings
+    return LlamaCppEngine(s.model_path(), model_id=s.served_model_name,
+                          max_model_len=s.max_model_len, n_parallel=s.n_parallel,
+                          n_batch=s.n_batch, n_threads=s.n_threads, max_queued=s.max_queued,
+                          tokenizer=spec.source.tokenizer)
+
+
+def _vllm(spec: EngineSpec) -> Engine:
+    from .vllm import VllmEngine
+
+    return VllmEngine(spec)
+
+
+def _sglang(spec: EngineSpec) -> Engine:
+    from .sglang import SGLangEngine
+
+    return SGLangEngine(spec)
+
+
+def _llama_server(spec: EngineSpec) -> Engine:
+    from .llama_server import LlamaServerEngine
+
+    return LlamaServerEngine(spec)
+
+
+def _openai(spec: EngineSpec) -> Engine:
+    from .openai import OpenAITextEngine
+
+    return OpenAITextEngine(spec)
+
+
+ENGINES: dict[str, Callable[[EngineSpec], Engine]] = {
+    "embedded": _embedded,
+    "vllm": _vllm,
+    "sglang": _sglang,
+    "llama-server": _llama_server,
+    "openai": _openai,
+}
+assert tuple(ENGINES) == ENGINE_NAMES, "Settings.engine and the registry list the same names"
+
+
+def create_engine(name: str, spec: EngineSpec) -> Engine:
+    try:
+        factory = ENGINES[name]
+    except KeyError:
+        raise ValueError(f"no engine {name!r}; known: {', '.join(ENGINES)}") from None
+    return factory(spec)

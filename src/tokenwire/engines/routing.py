@@ -1,0 +1,124 @@
+"""Which replica serves a prompt: the one holding its prefix in KV cache, by exact token ids.
+
+Two rules, then a guard:
+- a prompt that extends a prompt served before (the next turn of a conversation: the last
+  prompt, the sampled ids, the new message) goes where that one went. The ids are exact, so
+  "extends" is an exact test, which a text-keyed router cannot make (text re-tokenizes);
+- any other prompt goes to the replica chosen by rendezvous hashing of its leading `lead` ids:
+  the same choice on every gateway (they share no state), stable when a replica leaves (only
+  its prompts move), and requests sharing a long system prompt land together;
+- when that replica is much busier than the least busy one, the least busy takes the request,
+  as SGLang's cache-aware router does: affinity must not pile a workload onto one replica.
+
+Remembered prompts are indexed by the digest of their last full block of `block` ids, so a
+new prompt looks only at the prompts that end in one of its own blocks. The memory is a
+bounded LRU; losing it (a restart, another gateway) costs only the affinity of conversations
+whose earlier turns were shorter than `lead`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from array import array
+from collections import OrderedDict
+from collections.abc import Sequence
+
+__all__ = ["PrefixRouter"]
+
+_NO_BLOCK = b""
+"""The index of prompts shorter than one block."""
+
+
+def _bytes(prompt: Sequence[int]) -> bytes:
+    return array("q", prompt).tobytes()
+
+
+def _hash(data: bytes) -> bytes:
+    return hashlib.blake2b(data, digest_size=16).digest()
+
+
+def _block_digests(data: bytes, block: int) -> list[bytes]:
+    """One digest per full block, each of the whole prefix through that block."""
+    h = hashlib.blake2b(digest_size=16)
+    out = []
+    step = block * 8
+    for end in range(step, len(data) + 1, step):
+        h.update(data[end - step:end])
+        out.append(h.copy().digest())
+    return out
+
+
+def _rendezvous(key: bytes, n: int) -> list[int]:
+    """Replicas in order of preference for `key` (highest random weight first)."""
+    scores = [_hash(key + i.to_bytes(2, "little")) for i in range(n)]
+    return sorted(range(n), key=lambda i: scores[i], reverse=True)
+
+
+class PrefixRouter:
+    def __init__(self, n_replicas: int, *, block: int = 16, lead: int = 64,
+                 memory: int = 1 << 16, imbalance_abs: int = 8, imbalance_rel: float = 1.5):
+        self._n = n_replicas
+        self._block = block
+        self._lead_blocks = max(1, lead // block)
+        self._memory = memory
+        self._imbalance = (imbalance_abs, imbalance_rel)
+        self._prompts: OrderedDict[bytes, tuple[bytes, int, int]] = OrderedDict()
+        """whole-prompt digest -> (its last block's digest, its length, the replica)"""
+        self._ending_in: dict[bytes, dict[bytes, None]] = {}
+        """last block's digest -> the prompts that end in that block"""
+
+    def order(self, prompt: Sequence[int], healthy: Sequence[bool],
+              in_flight: Sequence[int]) -> list[int]:
+        """The healthy replicas to try for `prompt`, best first."""
+        up = [i for i in range(self._n) if healthy[i]]
+        if not up:
+            return []
+        data = _bytes(prompt)
+        digests = _block_digests(data, self._block)
+        if digests:
+            key = digests[min(self._lead_blocks, len(digests)) - 1]
+        else:  # shorter than a block: the whole prompt is the key
+            key = _hash(data)
+        ranked = [i for i in _rendezvous(key, self._n) if healthy[i]]
+        first = self._continued(data, digests, healthy)
+        if first is None:
+            first = ranked[0]
+        least = min(up, key=lambda i: in_flight[i])
+        gap_abs, gap_rel = self._imbalance
+        if (in_flight[first] - in_flight[least] > gap_abs
+                and in_flight[first] > gap_rel * in_flight[least]):
+            first = least
+        return [first, *(i for i in ranked if i != first)]
+
+    def _continued(self, data: bytes, digests: list[bytes],
+                   healthy: Sequence[bool]) -> int | None:
+        """The replica of the longest remembered prompt that `data` extends exactly."""
+        for blk in [*reversed(digests), _NO_BLOCK]:
+            best: tuple[int, int] | None = None
+            for whole in self._ending_in.get(blk, ()):
+                _, length, replica = self._prompts[whole]
+                n = length * 8
+                if (n <= len(data) and healthy[replica] and (best is None or length > best[0])
+                        and _hash(data[:n]) == whole):
+                    best = (length, replica)
+            if best is not None:
+                return best[1]
+        return None
+
+    def record(self, prompt: Sequence[int], replica: int) -> None:
+        """`replica` now holds `prompt` (it was admitted there)."""
+        data = _bytes(prompt)
+        whole = _hash(data)
+        digests = _block_digests(data, self._block)
+        blk = digests[-1] if digests else _NO_BLOCK
+        old = self._prompts.get(whole)
+        if old is not None:
+            self._prompts.move_to_end(whole)
+        self._prompts[whole] = (blk, len(prompt), replica)
+        self._ending_in.setdefault(blk, {})[whole] = None
+        while len(self._prompts) > self._memory:
+            gone, (gone_blk, _, _) = self._prompts.popitem(last=False)
+            bucket = self._ending_in[gone_blk]
+            del bucket[gone]
+            if not bucket:
+                del self._ending_in[gone_blk]

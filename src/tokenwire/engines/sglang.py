@@ -1,0 +1,177 @@
+"""SGLang, token in / token out: `POST /generate` with `input_ids`.
+
+Written from SGLang's source (v0.5.23: `srt/managers/io_struct.py` GenerateReqInput,
+`srt/sampling/sampling_params.py`, `srt/entrypoints/http_server.py`; docs/engines.md lists what
+was checked how). SGLang's conventions, translated here and nowhere else:
+- `output_ids` end with the matched stop id (`meta_info.finish_reason` =
+  `{"type": "stop", "matched": id}`): it becomes the `FinishEvent`'s stop token;
+- stream chunks are cumulative by default and deltas with `--incremental-streaming-output`:
+  either way the new ids are the last `completion_tokens - seen` of `output_ids`, so both work;
+- logprobs are `[logprob, id, text]` triples in `meta_info.output_token_logprobs` /
+  `output_top_logprobs` (and `input_*` for the prompt, requested unstreamed);
+- the seed is `sampling_seed`, honoured only by a server started with
+  `--enable-deterministic-inference` (read from `/server_info`): elsewhere a seeded request is
+  refused by name rather than silently sampled with another seed;
+- `max_new_tokens` is always sent (its default is 128), and the sampler fields SGLang would
+  otherwise default are sent neutral.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+import httpx
+
+from ..errors import InvalidRequestError, ServiceUnavailableError, UnsupportedParameterError
+from .base import EngineEvent, FinishEvent, PromptLogprobsEvent, SamplingParams, TokenEvent
+from .registry import EngineSpec
+from .upstream import ChunkDecoder, Replica, UpstreamEngine, UpstreamInfo
+
+__all__ = ["SGLangEngine"]
+
+_DETERMINISTIC = "deterministic"
+
+
+def _top(rows: Any, k: int) -> tuple[tuple[int, float], ...]:
+    """`[[logprob, id, text], ...]` -> the k most likely (id, logprob)."""
+    cands = [(int(r[1]), float(r[0])) for r in rows or [] if r and r[0] is not None]
+    return tuple(sorted(cands, key=lambda e: -e[1])[:k])
+
+
+class _Decoder(ChunkDecoder):
+    def __init__(self, prompt: Sequence[int], params: SamplingParams, stops: frozenset[int]):
+        self._prompt = prompt
+        self._params = params
+        self._stops = stops
+        self._seen = 0
+
+    def feed(self, chunk: dict[str, Any]) -> list[EngineEvent]:
+        meta = chunk.get("meta_info") or {}
+        events: list[EngineEvent] = []
+        if self._params.prompt_logprobs is not None and "input_token_logprobs" in meta:
+            events.append(self._scored(meta))
+        out_ids = list(chunk.get("output_ids") or [])
+        total = meta.get("completion_tokens", len(out_ids))
+        new = max(0, total - self._seen)
+        ids = out_ids[len(out_ids) - new:] if new else []
+        self._seen = total
+        tokens = [TokenEvent(t) for t in ids]
+        if self._params.logprobs is not None:
+            lps = (meta.get("output_token_logprobs") or [])[-new:] if new else []
+            tops = (meta.get("output_top_logprobs") or [])[-new:] if new else []
+            k = self._params.logprobs
+            tokens = [TokenEvent(t, float(lps[j][0]) if j < len(lps) and lps[j][0] is not None
+                                 else None, _top(tops[j] if j < len(tops) else None, k))
+                      for j, t in enumerate(ids)]
+        finish = meta.get("finish_reason")
+        if self._params.max_tokens == 0:
+            tokens = []
+        if isinstance(finish, dict):
+            kind = finish.get("type")
+            if kind == "abort":
+                status = finish.get("status_code")
+                message = f"SGLang aborted the request: {finish.get('message')}"
+                if isinstance(status, int) and 400 <= status < 500 and status != 429:
+                    raise InvalidRequestError(message, code="upstream_rejected")
+                raise ServiceUnavailableError(message)
+            stop_token = None
+            if kind == "stop" and tokens and tokens[-1].token_id in self._stops:
+                stop_token = tokens.pop()
+            events += tokens
+            events.append(FinishEvent("length" if kind == "length" or self._params.max_tokens
+                                      == 0 else "stop", stop_token=stop_token))
+            return events
+        return events + tokens
+
+    def _scored(self, meta: dict[str, Any]) -> PromptLogprobsEvent:
+        k = self._params.prompt_logprobs or 0
+        values = meta.get("input_token_logprobs") or []
+        tops = meta.get("input_top_logprobs") or []
+        entries = []
+        for pos in range(1, len(self._prompt)):
+            v = values[pos][0] if pos < len(values) and values[pos] else None
+            entries.append(TokenEvent(self._prompt[pos], None if v is None else float(v),
+                                      _top(tops[pos] if pos < len(tops) else None, k)))
+        return PromptLogprobsEvent(tuple(entries))
+
+
+class SGLangEngine(UpstreamEngine):
+    name = "sglang"
+
+    def __init__(self, spec: EngineSpec, *, transport: httpx.AsyncBaseTransport | None = None):
+        super().__init__(spec, transport=transport)
+        self._tokenize_slots = asyncio.Semaphore(32)
+
+    async def describe(self, replica: Replica) -> UpstreamInfo:
+        data = await self.get_json(replica, "/v1/models")
+        cards = data.get("data") or []
+        card = next((c for c in cards if c.get("id") == self.model_name), None) or \
+            (cards[0] if cards and self.model_name is None else None)
+        if card is None:
+            raise ValueError(f"it does not serve {self.model_name!r}")
+        length = card.get("max_model_len")
+        if not isinstance(length, int):
+            raise ValueError("its /v1/models card has no max_model_len")
+        try:
+            info = await self.get_json(replica, "/server_info")
+        except httpx.HTTPStatusError:
+            info = {}
+        mode = _DETERMINISTIC if info.get("enable_deterministic_inference") else ""
+        return UpstreamInfo(model=str(card["id"]), max_model_len=length, mode=mode)
+
+    async def tokenize(self, replica: Replica, texts: Sequence[str]) -> list[list[int]] | None:
+        async def one(text: str) -> list[int] | None:
+            async with self._tokenize_slots:
+                r = await self.http.post(replica.url + "/tokenize", json={
+                    "model": self.model_name, "prompt": text, "add_special_tokens": False})
+            return list(r.json()["tokens"]) if r.status_code == 200 else None
+
+        got = await asyncio.gather(*(one(t) for t in texts))
+        if any(g is None for g in got):
+            return None  # no tokenize endpoint (before PR #9545) or --skip-tokenizer-init
+        return [g for g in got if g is not None]
+
+    def protocol_error(self, status: int, body: Any, url: str):  # type: ignore[no-untyped-def]
+        # SGLang's pydantic failures are flat: {"object": "error", "message", "code", ...}
+        if isinstance(body, dict) and "error" not in body and "message" in body:
+            body = {"error": body}
+        return super().protocol_error(status, body, url)
+
+    def request(self, replica: Replica, prompt: Sequence[int],
+                params: SamplingParams) -> tuple[str, dict[str, Any]]:
+        assert replica.info is not None
+        sampling: dict[str, Any] = {
+            "max_new_tokens": max(1, params.max_tokens),
+            "temperature": params.temperature,
+            "top_p": params.top_p,
+            "top_k": -1,
+            "min_p": 0.0,
+            "presence_penalty": params.presence_penalty,
+            "frequency_penalty": params.frequency_penalty,
+            "repetition_penalty": 1.0,
+            "min_new_tokens": 0,
+            "stop_token_ids": sorted(params.stops(self.info.eog_ids)),
+            "ignore_eos": params.ignore_eos,
+            "skip_special_tokens": False,
+            "no_stop_trim": True,
+            "n": 1,
+        }
+        if params.seed is not None and params.temperature > 0:
+            if replica.info.mode != _DETERMINISTIC:
+                raise UnsupportedParameterError(
+                    "this SGLang upstream ignores seeds (it runs without "
+                    "--enable-deterministic-inference)", param="seed")
+            sampling["sampling_seed"] = params.seed
+        body: dict[str, Any] = {"input_ids": list(prompt), "sampling_params": sampling,
+                                "stream": params.prompt_logprobs is None}
+        if params.logprobs is not None or params.prompt_logprobs is not None:
+            body["return_logprob"] = True
+            body["top_logprobs_num"] = max(params.logprobs or 0, params.prompt_logprobs or 0)
+            body["logprob_start_len"] = 0 if params.prompt_logprobs is not None else -1
+        return "/generate", body
+
+    def decoder(self, replica: Replica, prompt: Sequence[int],
+                params: SamplingParams) -> ChunkDecoder:
+        return _Decoder(prompt, params, params.stops(self.info.eog_ids))

@@ -1,0 +1,505 @@
+"""What every upstream engine shares: replicas, health, routing, admission with fail-over, and
+reading a streamed response into engine events.
+
+An upstream engine is a transport to one or more HTTP servers that run the model (vLLM,
+SGLang, llama-server, an OpenAI-compatible text server). Its module says only how that server
+spells a request, a chunk and an error (`UpstreamProtocol`); this module does the rest:
+
+- start: wait for a first replica, learn its model and context length, check its tokenizer
+  against the pinned one on the probe corpus (a mismatch refuses to start, naming the string);
+- admission: try the replicas in the router's order; a connection failure, a 5xx, a 429 or a
+  stream that ends before its first event moves on to the next replica. Nothing has reached the
+  client yet, so fail-over is safe; after the first event it never happens;
+- streaming: upstreams are always asked to stream, so a closed client closes the upstream
+  response (the upstream aborts the request) and one code path serves both response kinds;
+- health: a background task checks every replica; a replica that fails a request is marked
+  down at once and comes back when its health check passes (a new replica is verified first).
+
+Transport errors become `ServiceUnavailableError` here, at the boundary (`raise ... from`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from ..config import default_model_name
+from ..errors import (
+    KNOWN_CODES,
+    ContextLengthExceededError,
+    InvalidRequestError,
+    InvalidTokenIdError,
+    RateLimitError,
+    ServiceUnavailableError,
+    TokenwireError,
+    error_from_body,
+)
+from ..tokenizers.probe import TokenizerParityError, first_mismatch
+from .base import (
+    EngineEvent,
+    EngineHealth,
+    EngineInfo,
+    EngineStartError,
+    FinishEvent,
+    ReplicaHealth,
+    SamplingParams,
+)
+from .registry import EngineSpec
+from .routing import PrefixRouter
+
+__all__ = ["ChunkDecoder", "Replica", "UpstreamEngine", "UpstreamInfo", "upstream_error"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class UpstreamInfo:
+    """What a replica says about the model it serves."""
+
+    model: str
+    max_model_len: int
+    mode: str = ""
+    """Engine-specific: which of its APIs this replica speaks (e.g. vLLM's generate or
+    completions)."""
+
+
+@dataclass(eq=False)
+class Replica:
+    url: str
+    healthy: bool = False
+    reason: str | None = "not checked yet"
+    info: UpstreamInfo | None = None
+    """Set once the replica is verified (model, context, tokenizer)."""
+    refused: str | None = None
+    """Why this replica may never be used (it serves another model or tokenizer)."""
+    in_flight: int = 0
+    served: int = 0
+
+    def down(self, reason: str) -> None:
+        if self.healthy:
+            log.warning("upstream %s is down: %s", self.url, reason)
+        self.healthy = False
+        self.reason = reason
+
+    def snapshot(self) -> ReplicaHealth:
+        return ReplicaHealth(url=self.url, healthy=self.healthy,
+                             reason=None if self.healthy else (self.refused or self.reason),
+                             in_flight=self.in_flight, served=self.served)
+
+
+class _Failover(Exception):
+    """This replica cannot take the request now; the next one may."""
+
+    def __init__(self, reason: str, *, rate_limited: bool = False):
+        super().__init__(reason)
+        self.rate_limited = rate_limited
+
+
+class ChunkDecoder:
+    """Turns one response's parsed chunks into engine events (the upstream's conventions:
+    where the stop id is, cumulative or incremental ids). One per stream."""
+
+    def feed(self, chunk: dict[str, Any]) -> list[EngineEvent]:
+        raise NotImplementedError
+
+    def end(self) -> list[EngineEvent]:
+        """The stream ended (`[DONE]` or EOF): a decoder that waits for a trailing usage chunk
+        finishes here; none: the stream ended unfinished."""
+        return []
+
+
+def _json(data: bytes) -> Any:
+    try:
+        return json.loads(data)
+    except ValueError:
+        return {"error": {"message": data.decode("utf-8", "replace")[:500]}}
+
+
+def upstream_error(status: int, body: Any, url: str) -> TokenwireError:
+    """An upstream's error body in our tree. A tokenwire upstream's code names our own class;
+    otherwise the status does (for an in-band error, the numeric `code` vLLM puts in the body):
+    5xx -> 503 engine_unavailable, 429 -> 429, any other -> 400 `upstream_rejected`, with the
+    upstream's message and param."""
+    err = body.get("error") if isinstance(body, dict) else None
+    if not isinstance(err, dict):
+        err = {"message": str(err if err is not None else body)}
+    code, param = err.get("code"), err.get("param")
+    message = f"upstream {url}: {err.get('message', '')}"
+    if status == 200:  # in-band
+        status = code if isinstance(code, int) and not isinstance(code, bool) else 500
+    if isinstance(code, str) and code in KNOWN_CODES:
+        exc = error_from_body(status, body)
+        exc.message = message
+        return exc
+    if status >= 500:
+        return ServiceUnavailableError(message)
+    if status == 429:
+        return RateLimitError(message)
+    return InvalidRequestError(message, param=param if isinstance(param, str) else None,
+                               code="upstream_rejected")
+
+
+class _Stream:
+    """The events of one upstream response; closing it closes the response (the upstream
+    cancels the request) and releases the replica."""
+
+    def __init__(self, engine: UpstreamEngine, replica: Replica, response: httpx.Response,
+                 decoder: ChunkDecoder):
+        self._engine = engine
+        self._replica = replica
+        self._response = response
+        self._lines: AsyncIterator[str] = response.aiter_lines()
+        # a whole JSON body instead of events (vLLM before 0.20, or scoring, which vLLM only
+        # returns unstreamed): one chunk with everything
+        self._whole = response.headers.get("content-type", "").startswith("application/json")
+        self._decoder = decoder
+        self._pending: deque[EngineEvent] = deque()
+        self._finished = False
+        self._closed = False
+        replica.in_flight += 1
+
+    def __aiter__(self) -> _Stream:
+        return self
+
+    async def __anext__(self) -> EngineEvent:
+        if not self._pending:
+            if self._finished or self._closed:
+                raise StopAsyncIteration
+            await self._fill()
+        ev = self._pending.popleft()
+        if isinstance(ev, FinishEvent):
+            self._finished = True
+            await self.aclose()
+        return ev
+
+    async def _fill(self) -> None:
+        """Read until the decoder has events: raises a typed error on an in-band error, on a
+        broken connection, or on a stream that ends unfinished."""
+        url = self._replica.url
+        try:
+            if self._whole:
+                self._whole = False
+                body = _json(await self._response.aread())
+                if not isinstance(body, dict) or "error" in body:
+                    raise self._engine.protocol_error(200, body, url)
+                self._pending.extend(self._decoder.feed(body))
+                self._pending.extend(self._decoder.end())
+                if not self._pending or not isinstance(self._pending[-1], FinishEvent):
+                    raise ServiceUnavailableError(f"upstream {url} sent an unfinished response")
+                return
+            while not self._pending:
+                line = await anext(self._lines, None)
+                if line is None or line.strip() == "data: [DONE]":
+                    self._pending.extend(self._decoder.end())
+                    if not self._pending:
+                        raise ServiceUnavailableError(
+                            f"upstream {url} ended the stream before the output was finished")
+                    break
+                if not line.startswith("data:"):
+                    continue  # blank separators, comments, event names
+                chunk = _json(line[5:].strip().encode())
+                if not isinstance(chunk, dict):
+                    raise ServiceUnavailableError(f"upstream {url} sent a malformed chunk")
+                if "error" in chunk:
+                    raise self._engine.protocol_error(200, chunk, url)
+                self._pending.extend(self._decoder.feed(chunk))
+        except httpx.HTTPError as exc:
+            self._replica.down(f"the connection broke mid-stream: {exc!r}")
+            await self.aclose()
+            raise ServiceUnavailableError(
+                f"upstream {url} went away in the middle of the response") from exc
+        except BaseException:
+            await self.aclose()
+            raise
+
+    async def prime(self) -> None:
+        """Wait for the first event, so a replica that accepted the request but cannot serve it
+        still fails over (nothing has reached the client yet)."""
+        try:
+            await self._fill()
+        except (ServiceUnavailableError, RateLimitError) as exc:
+            raise _Failover(str(exc), rate_limited=isinstance(exc, RateLimitError)) from exc
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._replica.in_flight -= 1
+        await self._response.aclose()
+
+
+class UpstreamEngine:
+    """Implements `Engine` over HTTP servers; subclasses say how their server spells things."""
+
+    name = "upstream"
+    health_path = "/health"
+
+    def __init__(self, spec: EngineSpec, *, transport: httpx.AsyncBaseTransport | None = None):
+        """`transport`: httpx's, for tests that answer with recorded upstream responses."""
+        s = spec.settings
+        self._transport = transport
+        self._spec = spec
+        self._settings = s
+        self._replicas = [Replica(u.rstrip("/")) for u in s.upstream]
+        self._router = PrefixRouter(len(self._replicas), block=s.route_block_tokens,
+                                    lead=s.route_prefix_tokens)
+        self._info: EngineInfo | None = None
+        self._model: str | None = s.upstream_model
+        """The model name the upstream serves (sent in requests that need one)."""
+        self._http: httpx.AsyncClient | None = None
+        self._watcher: asyncio.Task[None] | None = None
+
+    # -- what a protocol module provides -----------------------------------------------------
+
+    async def describe(self, replica: Replica) -> UpstreamInfo:
+        """The model a replica serves and its context length (round trips allowed)."""
+        raise NotImplementedError
+
+    async def tokenize(self, replica: Replica, texts: Sequence[str]) -> list[list[int]] | None:
+        """The replica's own ids for `texts`, control-token strings parsed; None if it cannot
+        tokenize (then the tokenizer is taken on trust, and the logs say so)."""
+        raise NotImplementedError
+
+    def request(self, replica: Replica, prompt: Sequence[int],
+                params: SamplingParams) -> tuple[str, dict[str, Any]]:
+        """The path and JSON body that stream a continuation of `prompt`."""
+        raise NotImplementedError
+
+    def decoder(self, replica: Replica, prompt: Sequence[int],
+                params: SamplingParams) -> ChunkDecoder:
+        """A fresh decoder for one response of `replica` to `request(...)`."""
+        raise NotImplementedError
+
+    def protocol_error(self, status: int, body: Any, url: str) -> TokenwireError:
+        """An error body (a 4xx, or an in-band error in a stream) in our tree."""
+        return upstream_error(status, body, url)
+
+    # -- helpers for protocol modules --------------------------------------------------------
+
+    @property
+    def http(self) -> httpx.AsyncClient:
+        if self._http is None:
+            raise ServiceUnavailableError("the engine has not been started")
+        return self._http
+
+    @property
+    def model_name(self) -> str | None:
+        return self._model
+
+    async def get_json(self, replica: Replica, path: str) -> Any:
+        r = await self.http.get(replica.url + path)
+        r.raise_for_status()
+        return r.json()
+
+    async def post_json(self, replica: Replica, path: str, body: dict[str, Any]) -> Any:
+        r = await self.http.post(replica.url + path, json=body)
+        r.raise_for_status()
+        return r.json()
+
+    # -- Engine -------------------------------------------------------------------------------
+
+    @property
+    def info(self) -> EngineInfo:
+        if self._info is None:
+            raise ServiceUnavailableError("the engine has not been started")
+        return self._info
+
+    @property
+    def replicas(self) -> list[Replica]:
+        return self._replicas
+
+    @property
+    def n_active(self) -> int:
+        return sum(r.in_flight for r in self._replicas)
+
+    @property
+    def n_waiting(self) -> int:
+        return 0  # the upstreams queue; we hold nothing back
+
+    def health(self) -> EngineHealth:
+        reps = tuple(r.snapshot() for r in self._replicas)
+        ok = any(r.healthy for r in self._replicas)
+        reason = None if ok else "no upstream replica can serve: " + "; ".join(
+            f"{r.url}: {r.reason}" for r in reps)
+        return EngineHealth(ok=ok, reason=reason, replicas=reps)
+
+    def engine_info(self, first: UpstreamInfo) -> EngineInfo:
+        """The engine's info once a first replica is verified (subclasses may add to it)."""
+        tok = self._spec.source.tokenizer
+        model = first.model
+        if model.endswith(".gguf"):  # llama-server names its model by the file's path
+            model = default_model_name(Path(model))
+        return EngineInfo(model=self._settings.served_model_name or model,
+                          max_model_len=first.max_model_len, vocab_size=tok.vocab_size,
+                          eog_ids=self._spec.eog_ids)
+
+    async def start(self) -> None:
+        if self._http is not None:
+            return
+        s = self._settings
+        headers = {"Authorization": f"Bearer {s.upstream_api_key}"} if s.upstream_api_key else {}
+        self._http = httpx.AsyncClient(
+            headers=headers, transport=self._transport,
+            timeout=httpx.Timeout(s.upstream_read_timeout, connect=s.upstream_connect_timeout),
+            limits=httpx.Limits(max_connections=4096, max_keepalive_connections=256))
+        deadline = time.monotonic() + s.upstream_start_timeout
+        while True:
+            await asyncio.gather(*(self._check(r) for r in self._replicas))
+            verified = [r for r in self._replicas if r.info is not None]
+            if verified:
+                break
+            if time.monotonic() >= deadline:
+                reasons = "; ".join(f"{r.url}: {r.reason}" for r in self._replicas)
+                raise EngineStartError(f"no {self.name} upstream answered within "
+                                       f"{s.upstream_start_timeout:g} s ({reasons})")
+            await asyncio.sleep(min(1.0, s.health_interval))
+        self._watcher = asyncio.create_task(self._watch(), name=f"{self.name}-health")
+
+    async def aclose(self) -> None:
+        if self._watcher is not None:
+            self._watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watcher
+            self._watcher = None
+        if self._http is not None:
+            await self._http.aclose()
+            self._http = None
+
+    # -- health and verification --------------------------------------------------------------
+
+    async def _watch(self) -> None:
+        while True:
+            await asyncio.sleep(self._settings.health_interval)
+            await asyncio.gather(*(self._check(r) for r in self._replicas))
+
+    async def _check(self, r: Replica) -> None:
+        """Health-check one replica; a replica not verified yet is verified before use."""
+        if r.refused is not None:
+            return
+        try:
+            resp = await self.http.get(r.url + self.health_path,
+                                       timeout=min(5.0, self._settings.upstream_connect_timeout))
+        except httpx.HTTPError as exc:
+            r.down(f"health check failed: {exc!r}")
+            return
+        if resp.status_code != 200:
+            r.down(f"health check answered {resp.status_code}")
+            return
+        if r.info is None:
+            try:
+                await self._verify(r)
+            except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
+                r.down(f"could not be verified: {exc!r}")
+                return
+            except TokenizerParityError as exc:
+                r.refused = str(exc)
+                r.down(r.refused)
+                if self._info is None:
+                    raise  # at start: refuse to serve
+                log.error("upstream %s is not used: %s", r.url, exc)
+                return
+        if not r.healthy:
+            log.info("upstream %s is up", r.url)
+        r.healthy, r.reason = True, None
+
+    async def _verify(self, r: Replica) -> None:
+        info = await self.describe(r)
+        if self._model is None:
+            self._model = info.model
+        known = self._info
+        if known is not None and info.max_model_len < known.max_model_len:
+            raise TokenizerParityError(
+                f"upstream {r.url} holds {info.max_model_len} tokens per sequence, fewer than "
+                f"the {known.max_model_len} the other replicas hold")
+        if self._settings.check_upstream_tokenizer:
+            tok = self._spec.source.tokenizer
+
+            async def reference(texts: Sequence[str]) -> list[list[int]]:
+                got = await self.tokenize(r, texts)
+                if got is None:
+                    log.warning("upstream %s cannot tokenize: its tokenizer is taken on trust",
+                                r.url)
+                    return [tok.encode(t, parse_special=True) for t in texts]
+                return got
+
+            miss = await first_mismatch(tok, reference)
+            if miss is not None:
+                raise TokenizerParityError(miss.describe(f"upstream {r.url}"))
+        r.info = info
+        if self._info is None:
+            self._info = self.engine_info(info)
+        log.info("upstream %s verified: model %r, %d tokens per sequence%s", r.url, info.model,
+                 info.max_model_len, f", {info.mode}" if info.mode else "")
+
+    # -- admission ----------------------------------------------------------------------------
+
+    def _check_prompt(self, prompt: Sequence[int]) -> None:
+        info = self.info
+        if not prompt:
+            raise InvalidRequestError("the prompt is empty", param="prompt")
+        if len(prompt) >= info.max_model_len:
+            raise ContextLengthExceededError(
+                f"a prompt of {len(prompt)} tokens leaves no room in {info.max_model_len}")
+        if min(prompt) < 0 or max(prompt) >= info.vocab_size:
+            raise InvalidTokenIdError("a prompt id is outside the vocabulary")
+
+    async def submit(self, prompt: Sequence[int], params: SamplingParams) -> _Stream:
+        self._check_prompt(prompt)
+        reps = self._replicas
+        order = self._router.order(prompt, [r.healthy for r in reps],
+                                   [r.in_flight for r in reps])
+        failures: list[_Failover] = []
+        for i in order:
+            r = reps[i]
+            try:
+                stream = await self._open(r, prompt, params)
+            except _Failover as exc:
+                failures.append(exc)
+                continue
+            self._router.record(prompt, i)
+            r.served += 1
+            return stream
+        if failures and all(f.rate_limited for f in failures):
+            raise RateLimitError("every upstream replica is at capacity: " +
+                                 "; ".join(str(f) for f in failures))
+        why = "; ".join(str(f) for f in failures) or self.health().reason or "none is up"
+        raise ServiceUnavailableError(f"no upstream replica can serve this request: {why}")
+
+    async def _open(self, r: Replica, prompt: Sequence[int], params: SamplingParams) -> _Stream:
+        path, body = self.request(r, prompt, params)
+        req = self.http.build_request("POST", r.url + path, json=body)
+        try:
+            resp = await self.http.send(req, stream=True)
+        except httpx.HTTPError as exc:
+            r.down(f"request failed: {exc!r}")
+            raise _Failover(f"{r.url}: {exc!r}") from exc
+        if resp.status_code != 200:
+            try:
+                data = await resp.aread()
+            except httpx.HTTPError:
+                data = b""
+            finally:
+                await resp.aclose()
+            status = resp.status_code
+            if status in (429, 503):  # busy (vLLM's admission control sends 503): try another
+                why = str(self.protocol_error(status, _json(data), r.url))
+                raise _Failover(why, rate_limited=status == 429)
+            if status >= 500 or status in (401, 403, 404):
+                # the replica is broken or misconfigured for us, not the request bad
+                r.down(f"answered {status}: {data[:200]!r}")
+                raise _Failover(f"{r.url}: answered {status}")
+            raise self.protocol_error(status, _json(data), r.url)
+        stream = _Stream(self, r, resp, self.decoder(r, prompt, params))
+        await stream.prime()
+        return stream
+

@@ -1,0 +1,201 @@
+"""vLLM, token in / token out: `POST /inference/v1/generate`, else `/v1/completions` with ids.
+
+Written from vLLM's source (the generate request and response are `tokenwire.protocol.generate`;
+docs/engines.md lists what was checked how). At start each replica is probed: `POST
+/inference/v1/generate {}` answers 400 where the endpoint is live (vLLM 0.11.1+; 0.30+ started
+with `--enable-scale-out`); 403/404 mean it is absent, and the replica is driven through
+`/v1/completions` with a token-array prompt and `return_token_ids` (vLLM 0.10.2+).
+
+vLLM's conventions, translated here and nowhere else:
+- `token_ids` end with the id that ended the output (EOS or a stop id): it becomes the
+  `FinishEvent`'s stop token;
+- stop ids are sent explicitly (`stop_token_ids`: the model's end-of-generation ids, which vLLM
+  also reads from generation_config.json, plus the request's), with `ignore_eos` as asked;
+- sampling fields `/v1/completions` would fill from generation_config.json are sent neutral, so
+  the sampler is exactly the one the request describes;
+- logprob ids come as `token_id` (0.32+) or as `"token_id:N"` strings (older releases, and
+  legacy completions logprobs);
+- prompt logprobs only come in unstreamed responses, so scoring requests are not streamed;
+  vLLM samples at least one token, which a scoring-only request (`max_tokens` 0) drops.
+Ids are never decoded or re-encoded: `detokenize` is off on generate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+import httpx
+
+from ..errors import ServiceUnavailableError
+from .base import EngineEvent, FinishEvent, PromptLogprobsEvent, SamplingParams, TokenEvent
+from .registry import EngineSpec
+from .upstream import ChunkDecoder, Replica, UpstreamEngine, UpstreamInfo
+
+__all__ = ["VllmEngine"]
+
+GENERATE = "/inference/v1/generate"
+COMPLETIONS = "/v1/completions"
+
+_NEUTRAL = {"top_k": -1, "min_p": 0.0, "repetition_penalty": 1.0, "min_tokens": 0}
+"""Sent explicitly: /v1/completions fills omitted ones from the model's generation config."""
+
+
+def _id(entry: dict[str, Any]) -> int | None:
+    """A logprob entry's id, in either vLLM spelling."""
+    t = entry.get("token_id")
+    if isinstance(t, int):
+        return t
+    s = entry.get("token")
+    if isinstance(s, str) and s.startswith("token_id:") and s[9:].isdigit():
+        return int(s[9:])
+    return None
+
+
+def _top(cands: Sequence[tuple[int | None, float]], k: int) -> tuple[tuple[int, float], ...]:
+    """The k most likely of what vLLM sent (the sampled token first, then its top k)."""
+    best: dict[int, float] = {}
+    for i, lp in cands:
+        if i is not None:
+            best[i] = lp
+    return tuple(sorted(best.items(), key=lambda e: -e[1])[:k])
+
+
+class _Decoder(ChunkDecoder):
+    """One response of either API: a stream's chunks, or one whole body."""
+
+    def __init__(self, api: str, prompt: Sequence[int], params: SamplingParams,
+                 stops: frozenset[int]):
+        self._api = api
+        self._prompt = prompt
+        self._params = params
+        self._stops = stops
+
+    def feed(self, chunk: dict[str, Any]) -> list[EngineEvent]:
+        events: list[EngineEvent] = []
+        if chunk.get("prompt_logprobs") is not None:  # generate: top level
+            events.append(self._scored(chunk["prompt_logprobs"]))
+        for choice in chunk.get("choices") or []:
+            if choice.get("prompt_logprobs") is not None:  # completions: per choice
+                events.append(self._scored(choice["prompt_logprobs"]))
+            ids = list(choice.get("token_ids") or [])
+            tokens = self._tokens(ids, choice.get("logprobs"))
+            reason = choice.get("finish_reason")
+            stop_token = None
+            if self._params.max_tokens == 0:
+                tokens, reason = [], "length" if reason is not None else None
+            elif reason == "stop" and tokens and tokens[-1].token_id in self._stops:
+                stop_token = tokens.pop()
+            events += tokens
+            if reason is not None:
+                if reason not in ("stop", "length"):
+                    raise ServiceUnavailableError(f"vLLM ended the request: {reason}")
+                events.append(FinishEvent(reason, stop_token=stop_token))
+        return events
+
+    def _tokens(self, ids: list[int], lp: Any) -> list[TokenEvent]:
+        k = self._params.logprobs
+        if k is None or not isinstance(lp, dict):
+            return [TokenEvent(t) for t in ids]
+        out = []
+        if "content" in lp:  # generate
+            for t, entry in zip(ids, lp.get("content") or [], strict=False):
+                top = [(_id(e), float(e["logprob"])) for e in entry.get("top_logprobs") or []]
+                out.append(TokenEvent(t, float(entry["logprob"]), _top(top, k)))
+        else:  # legacy completions: parallel lists, top entries keyed "token_id:N"
+            values = lp.get("token_logprobs") or []
+            tops = lp.get("top_logprobs") or []
+            for j, t in enumerate(ids[:len(values)]):
+                top = [(_id({"token": s}), float(p)) for s, p in (tops[j] or {}).items()] \
+                    if j < len(tops) else []
+                out.append(TokenEvent(t, values[j], _top(top, k)))
+        return out + [TokenEvent(t) for t in ids[len(out):]]
+
+    def _scored(self, rows: Sequence[Any]) -> PromptLogprobsEvent:
+        """Per prompt position (0 is null): {str(id): {"logprob": ...}} for the prompt token
+        and the most likely ones."""
+        k = self._params.prompt_logprobs or 0
+        entries = []
+        for pos in range(1, len(self._prompt)):
+            row = rows[pos] if pos < len(rows) and rows[pos] else {}
+            cands = [(int(key), float(v["logprob"])) for key, v in row.items()]
+            mine = dict(cands).get(self._prompt[pos])
+            entries.append(TokenEvent(self._prompt[pos], mine, _top(cands, k)))
+        return PromptLogprobsEvent(tuple(entries))
+
+
+class VllmEngine(UpstreamEngine):
+    name = "vllm"
+
+    def __init__(self, spec: EngineSpec, *, transport: httpx.AsyncBaseTransport | None = None):
+        super().__init__(spec, transport=transport)
+        self._tokenize_slots = asyncio.Semaphore(32)
+
+    async def describe(self, replica: Replica) -> UpstreamInfo:
+        data = await self.get_json(replica, "/v1/models")
+        cards = data.get("data") or []
+        card = next((c for c in cards if c.get("id") == self.model_name), None)
+        if card is None:
+            if self.model_name is not None or not cards:
+                raise ValueError(f"it does not serve {self.model_name!r}")
+            card = cards[0]
+        length = card.get("max_model_len")
+        if not isinstance(length, int):
+            raise ValueError("its /v1/models card has no max_model_len")
+        probe = await self.http.post(replica.url + GENERATE, json={})
+        if probe.status_code == 401:
+            raise ValueError("it refused our credentials (set --upstream-api-key)")
+        api = GENERATE if probe.status_code in (400, 422) else COMPLETIONS
+        return UpstreamInfo(model=str(card["id"]), max_model_len=length, mode=api)
+
+    async def tokenize(self, replica: Replica, texts: Sequence[str]) -> list[list[int]] | None:
+        async def one(text: str) -> list[int] | None:
+            async with self._tokenize_slots:
+                r = await self.http.post(replica.url + "/tokenize", json={
+                    "model": self.model_name, "prompt": text, "add_special_tokens": False})
+            return list(r.json()["tokens"]) if r.status_code == 200 else None
+
+        got = await asyncio.gather(*(one(t) for t in texts))
+        if any(g is None for g in got):
+            return None  # no tokenizer there (--tokens-only, --skip-tokenizer-init)
+        return [g for g in got if g is not None]
+
+    def request(self, replica: Replica, prompt: Sequence[int],
+                params: SamplingParams) -> tuple[str, dict[str, Any]]:
+        assert replica.info is not None
+        sampling: dict[str, Any] = {
+            "n": 1,
+            "temperature": params.temperature,
+            "top_p": params.top_p,
+            "max_tokens": max(1, params.max_tokens),
+            "presence_penalty": params.presence_penalty,
+            "frequency_penalty": params.frequency_penalty,
+            "stop_token_ids": sorted(params.stops(self.info.eog_ids)),
+            "ignore_eos": params.ignore_eos,
+            "skip_special_tokens": False,
+            **_NEUTRAL,
+        }
+        if params.seed is not None:
+            sampling["seed"] = params.seed
+        if params.logprobs is not None:
+            sampling["logprobs"] = params.logprobs
+        if params.prompt_logprobs is not None:
+            sampling["prompt_logprobs"] = params.prompt_logprobs
+        stream = params.prompt_logprobs is None
+        if replica.info.mode == GENERATE:
+            body: dict[str, Any] = {"token_ids": list(prompt),
+                                    "sampling_params": {**sampling, "detokenize": False},
+                                    "model": self.model_name, "stream": stream}
+        else:
+            body = {"model": self.model_name, "prompt": list(prompt), **sampling,
+                    "stream": stream, "return_token_ids": True,
+                    "return_tokens_as_token_ids": True}
+        if params.cache_salt is not None:
+            body["cache_salt"] = params.cache_salt
+        return replica.info.mode, body
+
+    def decoder(self, replica: Replica, prompt: Sequence[int],
+                params: SamplingParams) -> ChunkDecoder:
+        assert replica.info is not None
+        return _Decoder(replica.info.mode, prompt, params, params.stops(self.info.eog_ids))

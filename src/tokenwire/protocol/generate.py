@@ -1,0 +1,228 @@
+"""Wire models of vLLM's tokens-in/tokens-out API, `POST /inference/v1/generate`.
+
+Written from vLLM's own source (`vllm/entrypoints/scale_out/token_in_token_out/protocol.py`,
+v0.34.0; the 0.13-0.24 layout is `vllm/entrypoints/serve/disagg/protocol.py`), see
+docs/engines.md for what was checked how. tokenwire serves this API (so tooling written for
+vLLM drops in) and speaks it to vLLM upstreams, with these same models on both sides.
+
+Differences from vLLM, on purpose: a sampling key vLLM does not know is a 400 here (vLLM drops
+it silently), and one tokenwire cannot honour is refused by name; logprob entries carry both
+vLLM spellings of the id (`token_id`, 0.32+, and `token: "token_id:N"`, older releases and the
+clients written for them).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import BeforeValidator, Field
+
+from ._base import RequestModel, ResponseModel
+from .common import ResponseWarning, TokenId, Usage
+
+__all__ = [
+    "GenerateChoice",
+    "GenerateLogprob",
+    "GenerateLogprobEntry",
+    "GenerateLogprobs",
+    "GenerateRequest",
+    "GenerateResponse",
+    "GenerateSamplingParams",
+    "GenerateStreamOptions",
+    "GenerateStreamResponse",
+    "token_id_of",
+]
+
+
+def _listify(v: Any) -> Any:
+    return [v] if isinstance(v, str) else v
+
+
+class GenerateSamplingParams(RequestModel):
+    """vLLM's `SamplingParams` as JSON: the fields tokenwire honours, and those it accepts
+    because they cannot change the ids (`neutral` lists what the rest must be)."""
+
+    n: Annotated[int, Field(ge=1)] = 1
+    temperature: Annotated[float, Field(ge=0, le=2)] = 1.0
+    top_p: Annotated[float, Field(gt=0, le=1)] = 1.0
+    seed: int | None = None
+    max_tokens: Annotated[int, Field(ge=1)] | None = None
+    """None: as many as the context leaves (vLLM 0.22+)."""
+    presence_penalty: Annotated[float, Field(ge=-2, le=2)] = 0.0
+    frequency_penalty: Annotated[float, Field(ge=-2, le=2)] = 0.0
+    stop: Annotated[list[str], BeforeValidator(_listify)] | None = None
+    """Stop strings; the token that completes one is the last in `token_ids` (vLLM's rule)."""
+    stop_token_ids: list[TokenId] | None = None
+    ignore_eos: bool = False
+    logprobs: Annotated[int, Field(ge=0, le=20)] | None = None
+    prompt_logprobs: Annotated[int, Field(ge=0, le=20)] | None = None
+    # text-only knobs: tokenwire returns ids, so they cannot change the output
+    detokenize: bool = True
+    skip_special_tokens: bool = True
+    spaces_between_special_tokens: bool = True
+    include_stop_str_in_output: bool = False
+    output_kind: Any = None
+    stream_interval: int | None = None
+    skip_clone: bool = False
+    output_text_buffer_length: int = 0
+    flat_logprobs: bool = False
+    routed_experts_prompt_start: int = 0
+    extra_args: dict[str, Any] | None = None
+    # vLLM features tokenwire does not implement: refused unless neutral
+    top_k: int = 0
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    min_tokens: int = 0
+    logit_bias: dict[str, float] | None = None
+    allowed_token_ids: list[int] | None = None
+    bad_words: list[str] | None = None
+    structured_outputs: dict[str, Any] | None = None
+    guided_decoding: dict[str, Any] | None = None
+    logprob_token_ids: list[int] | None = None
+    prompt_logprob_token_ids: Any = None
+    prompt_logprob_start: int | None = None
+    thinking_token_budget: int | None = None
+    repetition_detection: Any = None
+    watermarking: Any = None
+    truncate_prompt_tokens: int | None = None
+    best_of: int | None = None
+    skip_reading_prefix_cache: bool | None = None
+    trace_decode_token_ids: list[int] | None = None
+
+    unsupported: ClassVar[dict[str, tuple[Any, ...]]] = {
+        "top_k": (0, -1),
+        "min_p": (0.0,),
+        "repetition_penalty": (1.0,),
+        "min_tokens": (0,),
+        "logit_bias": (None, {}),
+        "allowed_token_ids": (None,),
+        "bad_words": (None, []),
+        "structured_outputs": (None,),
+        "guided_decoding": (None,),
+        "logprob_token_ids": (None,),
+        "prompt_logprob_token_ids": (None,),
+        "prompt_logprob_start": (None, 0),
+        "thinking_token_budget": (None,),
+        "repetition_detection": (None,),
+        "watermarking": (None, False),
+        "truncate_prompt_tokens": (None,),
+        "best_of": (None, 1),
+    }
+
+
+class GenerateStreamOptions(RequestModel):
+    include_usage: bool | None = False
+    continuous_usage_stats: bool | None = False
+
+
+class GenerateRequest(RequestModel):
+    token_ids: Annotated[list[TokenId], Field(min_length=1)]
+    """The whole prompt, rendered by the client (template control ids included)."""
+    sampling_params: GenerateSamplingParams
+    model: str | None = None
+    """None: the server's only model."""
+    stream: bool | None = False
+    stream_options: GenerateStreamOptions | None = None
+    request_id: str | None = None
+    cache_salt: Annotated[str, Field(min_length=1, max_length=1024)] | None = None
+    priority: int = 0
+    return_token_ids: bool | None = None
+    """Echo the prompt ids as `prompt_token_ids` (first chunk when streaming)."""
+    output_mode: Literal["tokens", "text", "derender"] = "tokens"
+    tokenizer_version: str | None = None
+    """tokenwire's addition: the version the ids belong to, checked when sent (vLLM clients
+    do not send it; their ids then mean the model's own tokenizer)."""
+    # vLLM features tokenwire does not implement: refused unless neutral
+    features: Any = None
+    content_parts: Any = None
+    token_offsets: Any = None
+    kv_transfer_params: dict[str, Any] | None = None
+    ec_transfer_params: dict[str, Any] | None = None
+    reasoning_ended: bool | None = None
+    reasoning_parser_kwargs: Any = None
+    parse_context: Any = None
+
+    unsupported: ClassVar[dict[str, tuple[Any, ...]]] = {
+        "priority": (0,),
+        "output_mode": ("tokens",),
+        "features": (None,),
+        "content_parts": (None,),
+        "token_offsets": (None,),
+        "kv_transfer_params": (None,),
+        "ec_transfer_params": (None,),
+        "reasoning_parser_kwargs": (None,),
+        "parse_context": (None,),
+    }
+
+
+# -- responses --------------------------------------------------------------------------------
+
+
+def token_id_of(entry: GenerateLogprob) -> int | None:
+    """The id of a logprob entry in either vLLM spelling."""
+    if entry.token_id is not None:
+        return entry.token_id
+    if entry.token is not None and entry.token.startswith("token_id:"):
+        try:
+            return int(entry.token[9:])
+        except ValueError:
+            return None
+    return None
+
+
+class GenerateLogprob(ResponseModel):
+    omit_if_none = frozenset({"token_id", "token", "rank"})
+    token_id: int | None = None
+    """vLLM 0.32+."""
+    token: str | None = None
+    """`token_id:<id>`: vLLM up to 0.31, and the clients written for it (verifiers)."""
+    logprob: float
+    rank: int | None = None
+    """1 for the most likely token (None when not known)."""
+
+
+class GenerateLogprobEntry(GenerateLogprob):
+    top_logprobs: list[GenerateLogprob] = []
+    """The sampled token first, then the most likely ones (vLLM's order)."""
+
+
+class GenerateLogprobs(ResponseModel):
+    content: list[GenerateLogprobEntry] | None = None
+
+
+class GenerateChoice(ResponseModel):
+    index: int
+    finish_reason: str | None = None
+    """"stop", "length" (or vLLM's "abort", "repetition"); on the last chunk of a stream."""
+    stop_reason: int | str | None = None
+    """The stop id or string that ended the choice; None for the model's main EOS."""
+    token_ids: list[int] | None = None
+    """The sampled ids, the one that ended the output included (vLLM's convention); deltas
+    when streaming."""
+    logprobs: GenerateLogprobs | None = None
+
+
+class _GenerateBase(ResponseModel):
+    omit_if_none = frozenset({"prompt_token_ids", "tokenizer_version", "token_ids_source",
+                              "usage", "model", "created", "prompt_logprobs", "warnings"})
+    request_id: str
+    model: str | None = None
+    created: int | None = None
+    usage: Usage | None = None
+    prompt_token_ids: list[int] | None = None
+    output_mode: Literal["tokens"] = "tokens"
+    choices: list[GenerateChoice]
+    tokenizer_version: str | None = None
+    """tokenwire's addition: the full version every id here belongs to."""
+    token_ids_source: Literal["sampled", "translated", "retokenized"] | None = None
+    warnings: list[ResponseWarning] | None = None
+
+
+class GenerateResponse(_GenerateBase):
+    prompt_logprobs: list[dict[str, GenerateLogprob] | None] | None = None
+    """Per prompt position (the first is null): the prompt token and the most likely ones,
+    keyed by id, as vLLM sends them."""
+
+
+class GenerateStreamResponse(_GenerateBase):
+    """One event: one choice's new ids; a last event with `choices: []` carries usage."""

@@ -1,0 +1,212 @@
+"""POST /inference/v1/generate: vLLM's tokens-in/tokens-out API, on any engine.
+
+The prompt is rendered by the client (RL tooling renders chat itself), so it is a raw prompt:
+it may carry the template's control ids where the deployment allows raw prompts, and it gets
+the checks every id path gets (range, control ids, the content policy on its decoded text).
+The response follows vLLM: `token_ids` end with the id that ended the output (EOS or a stop
+id), `stop_reason` is that id (None for the model's main EOS) or the stop string, and a stream
+sends one event per choice and step, then usage, then `[DONE]`.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from dataclasses import dataclass
+
+from ..engines.base import TokenEvent
+from ..errors import (
+    ContentPolicyViolationError,
+    InvalidRequestError,
+    UnsupportedParameterError,
+)
+from ..protocol.common import Usage
+from ..protocol.generate import (
+    GenerateChoice,
+    GenerateLogprob,
+    GenerateLogprobEntry,
+    GenerateLogprobs,
+    GenerateRequest,
+    GenerateResponse,
+    GenerateStreamResponse,
+)
+from .generation import ChoiceUpdate, collect, run_choices
+from .plan import ANONYMOUS, Caller, GenerationService, Plan, check_engine_features
+from .sampling import choice_params, completion_budget
+from .tokens import IdSpan, check_id_range, resolve_token_space
+
+__all__ = ["GenerateService"]
+
+
+def _refuse_unsupported(model: object, prefix: str) -> None:
+    for name, neutral in type(model).unsupported.items():  # type: ignore[attr-defined]
+        if getattr(model, name) not in neutral:
+            raise UnsupportedParameterError(f"'{prefix}{name}' is not supported by this server",
+                                            param=f"{prefix}{name}")
+
+
+_MISSING = -9999.0
+"""vLLM's logprob for a token it has none for (an engine that did not report it)."""
+
+
+def _entry(ev: TokenEvent) -> GenerateLogprobEntry:
+    """vLLM's logprob entry: the sampled token, then it and the most likely ones."""
+    ranks = {t: r for r, (t, _) in enumerate(ev.top_logprobs, start=1)}
+    logprob = ev.logprob if ev.logprob is not None else _MISSING
+    top = [_lp(ev.token_id, logprob, ranks.get(ev.token_id))]
+    top += [_lp(t, lp, ranks[t]) for t, lp in ev.top_logprobs if t != ev.token_id]
+    return GenerateLogprobEntry(**top[0].model_dump(), top_logprobs=top)
+
+
+def _lp(token_id: int, logprob: float, rank: int | None) -> GenerateLogprob:
+    return GenerateLogprob(token_id=token_id, token=f"token_id:{token_id}", logprob=logprob,
+                           rank=rank)
+
+
+def _prompt_logprobs(prompt: Sequence[int], scored: Sequence[TokenEvent],
+                     ) -> list[dict[str, GenerateLogprob] | None]:
+    out: list[dict[str, GenerateLogprob] | None] = [None]
+    for pos, ev in enumerate(scored, start=1):
+        ranks = {t: r for r, (t, _) in enumerate(ev.top_logprobs, start=1)}
+        logprob = ev.logprob if ev.logprob is not None else _MISSING
+        row = {str(prompt[pos]): GenerateLogprob(logprob=logprob, rank=ranks.get(ev.token_id))}
+        for r, (t, lp) in enumerate(ev.top_logprobs, start=1):
+            row.setdefault(str(t), GenerateLogprob(logprob=lp, rank=r))
+        out.append(row)
+    return out
+
+
+@dataclass(kw_only=True)
+class _Plan(Plan):
+    req: GenerateRequest
+
+    @property
+    def prompt(self) -> list[int]:
+        return self.req.token_ids
+
+
+class GenerateService(GenerationService):
+    def plan(self, req: GenerateRequest, caller: Caller = ANONYMOUS) -> _Plan:
+        sp = req.sampling_params
+        _refuse_unsupported(req, "")
+        _refuse_unsupported(sp, "sampling_params.")
+        if sp.n > self._settings.max_n:
+            raise InvalidRequestError(f"n must be at most {self._settings.max_n}",
+                                      param="sampling_params.n", code="invalid_value")
+        if req.stream_options is not None and not req.stream:
+            raise InvalidRequestError("stream_options is only allowed when stream is true",
+                                      param="stream_options", code="invalid_value")
+        if sp.prompt_logprobs is not None and req.stream:
+            # vLLM sends prompt logprobs in whole responses only
+            raise InvalidRequestError("prompt_logprobs are returned by non-streaming requests",
+                                      param="sampling_params.prompt_logprobs",
+                                      code="invalid_value")
+        model = self._models.get(req.model) if req.model else self._models.only()
+        check_engine_features(model, logprobs=sp.logprobs is not None,
+                              prompt_logprobs=sp.prompt_logprobs is not None,
+                              prompt_param="sampling_params.prompt_logprobs")
+        # the vLLM dialect: ids without a version mean the model's own
+        space = resolve_token_space(
+            target=model.tokenizer_entry, target_name=f"model {model.id!r}",
+            registry=self._tokenizers, version=req.tokenizer_version, fallback="error",
+            carries_ids=True, require_version=False)
+        tok = space.client.tokenizer
+        spans = [IdSpan("token_ids", req.token_ids)]
+        check_id_range([*spans, IdSpan("sampling_params.stop_token_ids",
+                                       sp.stop_token_ids or [])], tok)
+        warnings = self._guard.check_ids(spans, tok, raw_prompt=True, caller_key=caller.api_key)
+        self._guard.check_texts([("token_ids", tok.decode(req.token_ids))], "token_ids")
+        return _Plan(req=req, model=model, space=space, shows_ids=True,
+                     id=f"generate-tokens-{req.request_id or uuid.uuid4().hex}",
+                     warnings=warnings or None)
+
+    async def _start(self, plan: _Plan) -> AsyncGenerator[ChoiceUpdate, None]:
+        sp = plan.req.sampling_params
+        budget = completion_budget(
+            prompt_len=len(plan.prompt), max_model_len=plan.model.max_model_len,
+            requested=sp.max_tokens, prompt_param="token_ids",
+            limit_param="sampling_params.max_tokens", cap=self._settings.max_tokens_limit)
+        params = choice_params(
+            n=sp.n, max_tokens=budget, temperature=sp.temperature, top_p=sp.top_p,
+            seed=sp.seed, logprobs=sp.logprobs, presence_penalty=sp.presence_penalty,
+            frequency_penalty=sp.frequency_penalty, prompt_logprobs=sp.prompt_logprobs,
+            stop_token_ids=frozenset(sp.stop_token_ids or ()), ignore_eos=sp.ignore_eos,
+            cache_salt=plan.req.cache_salt)
+        return await run_choices(plan.model.engine, [(plan.prompt, p) for p in params],
+                                 plan.model.tokenizer, sp.stop or (), token_aligned=True,
+                                 keep_stop_token=True, output_check=self._guard.output_check())
+
+    def _choice(self, plan: _Plan, index: int, ids: list[int], events: list[TokenEvent],
+                finish: str | None, stop_reason: int | str | None,
+                stop_event: TokenEvent | None) -> GenerateChoice:
+        if stop_event is not None:  # vLLM's ids end with the id that ended the output
+            ids = [*ids, stop_event.token_id]
+            events = [*events, stop_event]
+            if stop_event.token_id == plan.model.tokenizer_entry.eos_id:
+                stop_reason = None  # vLLM: the model's main EOS has no stop_reason
+        lp = None
+        if plan.req.sampling_params.logprobs is not None:
+            lp = GenerateLogprobs(content=[_entry(e) for e in events])
+        return GenerateChoice(index=index, finish_reason=finish, stop_reason=stop_reason,
+                              token_ids=ids, logprobs=lp)
+
+    def _envelope(self, plan: _Plan) -> dict[str, object]:
+        return {"request_id": plan.id, "tokenizer_version": plan.space.client.version,
+                "token_ids_source": plan.source}
+
+    def _first(self, plan: _Plan) -> dict[str, object]:
+        """What only the first event (or the whole response) carries."""
+        return {"warnings": plan.warnings,
+                "prompt_token_ids": plan.prompt if plan.req.return_token_ids else None}
+
+    def _usage(self, plan: _Plan, completion: int) -> Usage:
+        return Usage(prompt_tokens=len(plan.prompt), completion_tokens=completion,
+                     total_tokens=len(plan.prompt) + completion)
+
+    async def create(self, req: GenerateRequest, caller: Caller = ANONYMOUS) -> GenerateResponse:
+        plan = self.plan(req, caller)
+        updates = await self._start(plan)
+        acc = await collect(updates, req.sampling_params.n)
+        if any(a.finish_reason == "content_filter" for a in acc):
+            raise ContentPolicyViolationError(
+                "the output was stopped by the server's content policy")
+        choices = [self._choice(plan, i, a.ids, a.events, a.finish_reason, a.stop_reason,
+                                a.stop_event) for i, a in enumerate(acc)]
+        scored = acc[0].prompt_logprobs if req.sampling_params.prompt_logprobs is not None \
+            else None
+        return GenerateResponse(
+            **self._envelope(plan), **self._first(plan), model=plan.model.id,
+            created=int(time.time()), usage=self._usage(plan, sum(a.n_sampled for a in acc)),
+            prompt_logprobs=_prompt_logprobs(plan.prompt, scored) if scored is not None
+            else None,
+            choices=choices)
+
+    async def stream(self, req: GenerateRequest, caller: Caller = ANONYMOUS,
+                     ) -> AsyncIterator[GenerateStreamResponse]:
+        plan = self.plan(req, caller)
+        updates = await self._start(plan)
+        return self._events(plan, updates)
+
+    async def _events(self, plan: _Plan, updates: AsyncGenerator[ChoiceUpdate, None],
+                      ) -> AsyncIterator[GenerateStreamResponse]:
+        env = self._envelope(plan)
+        first = self._first(plan)
+        completion = 0
+        try:
+            async for u in updates:
+                if not u.delta and u.finish_reason is None:
+                    continue  # prompt logprobs (not streamed, as in vLLM) or an empty step
+                if u.finish_reason == "content_filter":
+                    raise ContentPolicyViolationError(
+                        "the output was stopped by the server's content policy")
+                completion += u.n_sampled
+                choice = self._choice(plan, u.index, u.delta.ids, u.delta.events,
+                                      u.finish_reason, u.stop_reason, u.stop_event)
+                yield GenerateStreamResponse(**env, **first, choices=[choice])
+                first = {}
+        finally:
+            await updates.aclose()
+        opts = plan.req.stream_options
+        if opts is not None and opts.include_usage:
+            yield GenerateStreamResponse(**env, choices=[], usage=self._usage(plan, completion))

@@ -1,0 +1,310 @@
+"""The gateway in front of real upstream processes: replicas that die and come back, a
+tokenizer that does not match, SGLang's and llama-server's protocols and a text-only upstream,
+each against the embedded engine's own output, token for token."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.conftest import BLOCKED_PHRASE, _free_port, start_server
+from tests.upstreams import (
+    Upstream,
+    hf_tokenizer_dir,
+    llama_server,
+    sglang_shim,
+    tokenwire_upstream,
+)
+from tokenwire.config import Settings, default_model_path
+from tokenwire.engines.base import SamplingParams, TokenEvent
+from tokenwire.engines.llamacpp import LlamaCppEngine
+from tokenwire.engines.routing import PrefixRouter
+from tokenwire.server.app import create_app
+from tokenwire.tokenizers.hf import HFTokenizer
+
+pytestmark = [pytest.mark.engine, pytest.mark.slow]
+
+MODEL = "SmolLM2-135M-Instruct"
+PROMPTS = ["Tell me a story about a dragon.", "What is the capital of France?",
+           "Write a haiku about the sea.", "List three primary colors."]
+
+
+@contextlib.contextmanager
+def gateway(tmp: Path, **settings: Any) -> Iterator[httpx.Client]:
+    s = Settings(port=_free_port(), tokenizer_store=tmp / f"gw-store-{time.monotonic_ns()}",
+                 **{"tokenizer": default_model_path(), **settings})
+    server, thread = start_server(create_app(s), s.port)
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{s.port}", timeout=120) as http:
+            yield http
+    finally:
+        server.should_exit = True
+        thread.join(timeout=60)
+
+
+def chat(http: httpx.Client, content: str, **kw: Any) -> httpx.Response:
+    return http.post("/v1/chat/completions", json={
+        "model": MODEL, "messages": [{"role": "user", "content": content}],
+        "temperature": 0, "max_tokens": 64, "return_token_ids": True, **kw})
+
+
+async def embedded_greedy(engine: LlamaCppEngine, prompt: list[int], n: int) -> list[int]:
+    stream = await engine.submit(prompt, SamplingParams(max_tokens=n, temperature=0.0))
+    return [ev.token_id async for ev in stream if isinstance(ev, TokenEvent)]
+
+
+def replicas(http: httpx.Client) -> list[dict[str, Any]]:
+    body = http.get("/health").json()
+    return body["models"][MODEL]["replicas"]  # type: ignore[no-any-return]
+
+
+def wait_for(check: Any, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.1)
+
+
+# -- replicas ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def two(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Upstream]]:
+    tmp = tmp_path_factory.mktemp("two")
+    ups = [tokenwire_upstream(tmp), tokenwire_upstream(tmp)]
+    yield ups
+    for u in ups:
+        u.stop()
+
+
+def home_of(http: httpx.Client, text: str, n: int) -> int:
+    """Which of `n` replicas a fresh gateway sends the chat prompt of `text` to."""
+    ids = http.post("/v1/tokenize", json={"model": MODEL, "messages": [
+        {"role": "user", "content": text}]}).json()["tokens"]
+    return PrefixRouter(n).order(ids, [True] * n, [0] * n)[0]
+
+
+def test_a_dead_replica_fails_its_stream_and_the_other_goes_on(two: list[Upstream],
+                                                               tmp_path: Path) -> None:
+    with gateway(tmp_path, engine="vllm", upstream=[u.url for u in two],
+                 health_interval=0.3) as http:
+        homes: dict[int, str] = {}
+        for i in range(40):
+            text = f"Dragon {i}: tell me a very long story about you."
+            homes.setdefault(home_of(http, text, 2), text)
+            if len(homes) == 2:
+                break
+        results: dict[int, list[dict[str, Any]]] = {0: [], 1: []}
+        started = [threading.Event(), threading.Event()]
+
+        def stream(r: int) -> None:
+            body = {"model": MODEL, "stream": True, "temperature": 0, "max_tokens": 400,
+                    "messages": [{"role": "user", "content": homes[r]}]}
+            with http.stream("POST", "/v1/chat/completions", json=body) as resp:
+                for line in resp.iter_lines():
+                    if line.startswith("data: "):
+                        results[r].append({"done": True} if line == "data: [DONE]"
+                                          else json.loads(line[6:]))
+                        if len(results[r]) == 3:
+                            started[r].set()
+
+        threads = [threading.Thread(target=stream, args=(r,)) for r in (0, 1)]
+        for t in threads:
+            t.start()
+        for e in started:
+            assert e.wait(60)
+        two[0].kill()  # mid-stream, SIGKILL
+        for t in threads:
+            t.join(120)
+        dead, alive = results[0], results[1]
+        assert dead[-1] == {"done": True}
+        assert dead[-2]["error"]["code"] == "engine_unavailable"  # in-band, then [DONE]
+        assert alive[-1] == {"done": True}
+        assert alive[-2]["choices"][0]["finish_reason"] in ("stop", "length")
+        # /health tells the dead replica from the live one; the gateway still serves
+        wait_for(lambda: not replicas(http)[0]["healthy"])
+        h = http.get("/health")
+        assert h.status_code == 200
+        rep = replicas(http)
+        assert rep[0]["reason"] and rep[1]["healthy"]
+        r = chat(http, homes[0])
+        assert r.status_code == 200 and r.json()["choices"][0]["token_ids"]
+        # back on its port: used again, for the prompts that hash to it
+        two[0].start()
+        wait_for(lambda: replicas(http)[0]["healthy"])
+        before = replicas(http)[0]["served"]
+        fresh = next(f"Name a fruit, attempt {i}." for i in range(100)
+                     if home_of(http, f"Name a fruit, attempt {i}.", 2) == 0)
+        assert chat(http, fresh).status_code == 200
+        assert replicas(http)[0]["served"] == before + 1
+        # no replica left: /health says so, requests get 503 engine_unavailable
+        for u in two:
+            u.kill()
+        wait_for(lambda: http.get("/health").status_code == 503)
+        body = http.get("/health").json()
+        assert body["status"] == "unavailable"
+        assert "no upstream replica can serve" in body["models"][MODEL]["reason"]
+        r = chat(http, "hi")
+        assert r.status_code == 503 and r.json()["error"]["code"] == "engine_unavailable"
+        for u in two:
+            u.start()
+
+
+def test_turns_of_a_conversation_stay_on_one_replica(two: list[Upstream],
+                                                     tmp_path: Path) -> None:
+    with gateway(tmp_path, engine="vllm", upstream=[u.url for u in two]) as http:
+        wait_for(lambda: all(r["healthy"] for r in replicas(http)))
+        for c in range(4):
+            messages: list[dict[str, Any]] = []
+            homes = set()
+            for turn in range(3):
+                messages.append({"role": "user", "content": f"Conversation {c}, turn {turn}: "
+                                 "tell me something about the number seven."})
+                before = [r["served"] for r in replicas(http)]
+                r = http.post("/v1/chat/completions", json={
+                    "model": MODEL, "messages": messages, "temperature": 0, "max_tokens": 12,
+                    "response_format_tokens": True, "tokenizer_version": "smollm2-49k"})
+                msg = r.json()["choices"][0]["message"]
+                messages.append({"role": "assistant", "token_ids": msg["token_ids"]})
+                after = [r["served"] for r in replicas(http)]
+                homes.add(next(i for i in range(2) if after[i] > before[i]))
+            assert len(homes) == 1, (c, homes)
+
+
+# -- the upstream's tokenizer ----------------------------------------------------------------
+
+
+def test_a_tokenizer_that_does_not_match_refuses_to_start(two: list[Upstream],
+                                                          tmp_path: Path) -> None:
+    wrong = hf_tokenizer_dir(tmp_path / "wrong", break_merge=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tokenwire", "serve", "--engine", "vllm", "--upstream",
+         two[1].url, "--tokenizer", str(wrong), "--port", str(_free_port())],
+        capture_output=True, text=True, timeout=120,
+        env={**os.environ, "TOKENWIRE_TOKENIZER_STORE": str(tmp_path / "store")})
+    assert proc.returncode == 1, proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("tokenwire serve: not starting: the pinned tokenizer does not match "
+                           f"upstream {two[1].url} on "), last
+    assert "ours [" in last and "theirs [" in last and "Traceback" not in proc.stderr
+
+
+def test_a_hugging_face_tokenizer_directory(two: list[Upstream], tmp_path: Path,
+                                            tok: HFTokenizer) -> None:
+    hf = hf_tokenizer_dir(tmp_path / "SmolLM2-135M-Instruct")
+    with gateway(tmp_path, engine="vllm", upstream=[two[1].url], tokenizer=hf) as http:
+        card = http.get("/v1/models").json()["data"][0]
+        assert card["tokenizer_version"].startswith("smollm2-135m-instruct-49k@sha256:")
+        assert card["max_model_len"] == 8192  # the upstream's, from its /v1/models
+        via = chat(http, PROMPTS[1]).json()
+        with httpx.Client(base_url=two[1].url, timeout=60) as direct:
+            assert via["choices"][0]["token_ids"] == chat(direct, PROMPTS[1]).json()[
+                "choices"][0]["token_ids"]
+
+
+# -- other protocols, against the embedded engine --------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_llama_server_greedy_equals_the_embedded_engine(tmp_path: Path,
+                                                              engine: LlamaCppEngine) -> None:
+    up = llama_server(tmp_path, slots=2, ctx_per_slot=4096)
+    try:
+        with gateway(tmp_path, engine="llama-server", upstream=[up.url]) as http:
+            for text in PROMPTS:
+                r = chat(http, text, max_tokens=160).json()
+                want = await embedded_greedy(engine, r["prompt_token_ids"],
+                                             r["usage"]["completion_tokens"])
+                got = r["choices"][0]["token_ids"]
+                assert got == want[:len(got)], text
+            # what llama-server cannot do is refused by name
+            for extra, param in [({"presence_penalty": 1.0}, "presence_penalty"),
+                                 ({"n": 1, "seed": 1, "frequency_penalty": 0.5},
+                                  "frequency_penalty")]:
+                r = chat(http, "hi", **extra)
+                assert r.status_code == 400
+                assert r.json()["error"]["param"] == param
+            r = http.post("/v1/completions", json={"model": MODEL, "prompt": "Hello",
+                                                   "echo": True, "logprobs": 1,
+                                                   "max_tokens": 0})
+            assert (r.status_code, r.json()["error"]["param"]) == (400, "echo")
+    finally:
+        up.stop()
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("incremental", [False, True])
+async def test_sglang_greedy_equals_the_embedded_engine(tmp_path: Path, engine: LlamaCppEngine,
+                                                        incremental: bool) -> None:
+    up = sglang_shim(tmp_path, incremental=incremental)
+    try:
+        with gateway(tmp_path, engine="sglang", upstream=[up.url],
+                     served_model_name=MODEL) as http:  # SGLang names it by its HF path
+            for text in PROMPTS[:2]:
+                r = chat(http, text, logprobs=True, top_logprobs=2).json()
+                want = await embedded_greedy(engine, r["prompt_token_ids"], 64)
+                got = r["choices"][0]["token_ids"]
+                assert got == want[:len(got)]
+                assert [e["id"] for e in r["choices"][0]["logprobs"]["content"]] == got
+            # a seed SGLang would ignore (no --enable-deterministic-inference) is refused
+            r = chat(http, "hi", temperature=0.8, seed=4)
+            assert (r.status_code, r.json()["error"]["param"]) == (400, "seed")
+    finally:
+        up.stop()
+
+
+def test_a_text_only_upstream_says_retokenized(tmp_path: Path, tok: HFTokenizer) -> None:
+    """llama-server's OpenAI /v1/completions, given text: the gateway decodes the prompt it
+    rendered, and re-encodes what comes back; the ids are honest about it."""
+    up = llama_server(tmp_path, slots=2, ctx_per_slot=4096)
+    try:
+        with gateway(tmp_path, engine="openai", upstream=[up.url],
+                     max_model_len=4096) as http, \
+                gateway(tmp_path, engine="llama-server", upstream=[up.url]) as exact:
+            for text in PROMPTS:
+                body = {"response_format_tokens": True, "max_tokens": 48}
+                r = chat(http, text, **body).json()
+                assert r["token_ids_source"] == "retokenized"
+                msg = r["choices"][0]["message"]
+                assert msg["token_ids"] == tok.encode(msg["content"])
+                sampled = chat(exact, text, **body).json()["choices"][0]["message"]
+                assert msg["content"] == sampled["content"]  # the same model, greedy
+                # streamed ids are exactly the whole response's (no per-delta re-encoding)
+                with http.stream("POST", "/v1/chat/completions", json={
+                        "model": MODEL, "messages": [{"role": "user", "content": text}],
+                        "temperature": 0, "stream": True, **body}) as s:
+                    chunks = [json.loads(line[6:]) for line in s.iter_lines()
+                              if line.startswith("data: {")]
+                ids = [t for c in chunks for ch in c["choices"]
+                       for t in ch["delta"].get("token_ids", [])]
+                assert ids == msg["token_ids"]
+                assert "".join(ch["delta"].get("content", "") for c in chunks
+                               for ch in c["choices"]) == msg["content"]
+            r = chat(http, "hi", logprobs=True)
+            assert (r.status_code, r.json()["error"]["param"]) == (400, "logprobs")
+    finally:
+        up.stop()
+
+
+def test_the_gateway_keeps_the_policy(two: list[Upstream], tmp_path: Path) -> None:
+    policy = tmp_path / "policy.json"
+    policy.write_text(json.dumps({"blocked_phrases": [BLOCKED_PHRASE]}))
+    with gateway(tmp_path, engine="vllm", upstream=[two[1].url],
+                 content_policy=policy) as http:
+        before = replicas(http)[0]["served"]
+        r = chat(http, f"Give me the {BLOCKED_PHRASE}.")
+        assert r.json()["error"]["code"] == "content_policy_violation"
+        assert replicas(http)[0]["served"] == before  # refused before the upstream saw it
+        assert chat(http, "Give me a recipe.").status_code == 200
+        assert replicas(http)[0]["served"] == before + 1

@@ -1,0 +1,401 @@
+"""The upstream engines against recorded responses: vLLM's and SGLang's shapes as their source
+defines them, llama-server's as captured from the real binary (tests/engines/shapes/*/, each
+with its provenance in docs/engines.md). The real-process tests are in tests/e2e/."""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tokenwire.config import Settings
+from tokenwire.engines.base import FinishEvent, PromptLogprobsEvent, SamplingParams, TokenEvent
+from tokenwire.engines.registry import EngineSpec
+from tokenwire.engines.upstream import UpstreamEngine
+from tokenwire.errors import (
+    ContextLengthExceededError,
+    InvalidRequestError,
+    RateLimitError,
+    ServiceUnavailableError,
+    UnsupportedParameterError,
+)
+from tokenwire.tokenizers.source import TokenizerSource
+
+pytestmark = pytest.mark.anyio
+
+SHAPES = Path(__file__).parent / "shapes"
+Handler = Callable[[httpx.Request], httpx.Response]
+
+#: vLLM 0.34's SamplingParams fields (vllm/sampling_params.py), verbatim from its source
+VLLM_SAMPLING_FIELDS = {
+    "n", "presence_penalty", "frequency_penalty", "repetition_penalty", "temperature",
+    "watermarking", "top_p", "top_k", "min_p", "seed", "stop", "stop_token_ids", "ignore_eos",
+    "max_tokens", "min_tokens", "logprobs", "prompt_logprobs", "prompt_logprob_token_ids",
+    "prompt_logprob_start", "logprob_token_ids", "flat_logprobs", "detokenize",
+    "skip_special_tokens", "spaces_between_special_tokens", "include_stop_str_in_output",
+    "output_kind", "stream_interval", "skip_clone", "output_text_buffer_length",
+    "structured_outputs", "logit_bias", "allowed_token_ids", "extra_args", "bad_words",
+    "skip_reading_prefix_cache", "thinking_token_budget", "repetition_detection",
+    "routed_experts_prompt_start", "trace_decode_token_ids",
+}
+#: vLLM's /v1/completions request fields used for a token prompt (completion/protocol.py)
+VLLM_COMPLETIONS_FIELDS = VLLM_SAMPLING_FIELDS - {"detokenize"} | {
+    "model", "prompt", "stream", "stream_options", "return_token_ids",
+    "return_tokens_as_token_ids", "cache_salt"}
+#: SGLang 0.5.23's sampling keys (api/v1/api_types.py _FIELDS_SamplingParams)
+SGLANG_SAMPLING_FIELDS = {
+    "max_new_tokens", "stop", "stop_token_ids", "stop_regex", "temperature", "top_p", "top_k",
+    "min_p", "frequency_penalty", "presence_penalty", "repetition_penalty", "min_new_tokens",
+    "n", "json_schema", "regex", "ebnf", "structural_tag", "ignore_eos", "skip_special_tokens",
+    "spaces_between_special_tokens", "no_stop_trim", "stream_interval", "logit_bias",
+    "sampling_seed", "custom_params", "beam_width", "watermark", "choice"}
+
+
+def shape(kind: str, name: str) -> Any:
+    return copy.deepcopy(json.loads((SHAPES / kind / f"{name}.json").read_text()))
+
+
+def sse(*chunks: Any, done: bool = True) -> httpx.Response:
+    body = b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks)
+    return httpx.Response(200, content=body + (b"data: [DONE]\n\n" if done else b""),
+                          headers={"content-type": "text/event-stream"})
+
+
+class Upstream:
+    """A recorded upstream: answers by (method, path); records what it was sent."""
+
+    def __init__(self, tok: Any, routes: dict[tuple[str, str], Handler]):
+        self.routes = routes
+        self.sent: list[tuple[str, Any]] = []
+        self._tok = tok
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content) if request.content else None
+        self.sent.append((request.url.path, body))
+        if request.url.path in ("/tokenize", "/v1/tokenize"):  # the upstream's own tokenizer
+            text = body.get("prompt", body.get("content"))
+            return httpx.Response(200, json={"tokens": self._tok.encode(text,
+                                                                        parse_special=True)})
+        handler = self.routes.get((request.method, request.url.path))
+        if handler is None:
+            return httpx.Response(404, json={"detail": "Not Found"})
+        return handler(request)
+
+    def generation_bodies(self, path: str) -> list[Any]:
+        """What was POSTed to `path`, the start-up probe (`{}`) left out."""
+        return [b for p, b in self.sent if p == path and b]
+
+
+def engine(kind: str, upstream: Upstream, source: TokenizerSource, model_path: Path,
+           eog: frozenset[int] = frozenset({2})) -> UpstreamEngine:
+    from tokenwire.engines.llama_server import LlamaServerEngine
+    from tokenwire.engines.sglang import SGLangEngine
+    from tokenwire.engines.vllm import VllmEngine
+
+    settings = Settings(engine=kind, upstream=["http://up"], tokenizer=model_path,  # type: ignore[arg-type]
+                        health_interval=3600)
+    cls = {"vllm": VllmEngine, "sglang": SGLangEngine, "llama-server": LlamaServerEngine}[kind]
+    return cls(EngineSpec(settings, source, eog), transport=httpx.MockTransport(upstream))
+
+
+async def run(eng: UpstreamEngine, prompt: list[int], **params: Any) -> list[Any]:
+    stream = await eng.submit(prompt, SamplingParams(**{"max_tokens": 16, **params}))
+    return [ev async for ev in stream]
+
+
+def ok(_: httpx.Request) -> httpx.Response:
+    return httpx.Response(200)
+
+
+# -- vLLM ------------------------------------------------------------------------------------
+
+
+def vllm_routes(generate: Handler, *, generate_live: bool = True) -> dict[tuple[str, str],
+                                                                          Handler]:
+    def gen(request: httpx.Request) -> httpx.Response:
+        if json.loads(request.content) == {}:  # the start-up probe
+            if generate_live:
+                return httpx.Response(400, json=shape("vllm", "error_validation_400"))
+            return httpx.Response(403, json=shape("vllm", "error_scale_out_disabled_403"))
+        return generate(request)
+
+    return {("GET", "/health"): ok,
+            ("GET", "/v1/models"): lambda r: httpx.Response(200, json=shape(
+                "vllm", "v1_models_response")),
+            ("POST", "/inference/v1/generate"): gen}
+
+
+async def test_vllm_generate_stream(tok, gguf_info, model_path) -> None:  # type: ignore[no-untyped-def]
+    first = shape("vllm", "generate_stream_chunk_v034")
+    final = shape("vllm", "generate_stream_final_chunk_v034")  # stop id 32000, stop_reason set
+    up = Upstream(tok, vllm_routes(lambda r: sse(first, final, shape(
+        "vllm", "generate_stream_usage_chunk_v034"))))
+    eng = engine("vllm", up, gguf_info, model_path)
+    await eng.start()
+    try:
+        assert eng.info.max_model_len == 32768 and eng.info.model == "my-served-name"
+        events = await run(eng, [1, 2, 3], stop_token_ids=frozenset({32000}), seed=7,
+                           temperature=0.5, cache_salt="salt")
+        assert events == [TokenEvent(3869), FinishEvent("stop", stop_token=TokenEvent(32000))]
+        [sent] = up.generation_bodies("/inference/v1/generate")
+        assert sent["token_ids"] == [1, 2, 3] and sent["stream"] is True
+        assert sent["model"] == "my-served-name" and sent["cache_salt"] == "salt"
+        sp = sent["sampling_params"]
+        assert set(sp) <= VLLM_SAMPLING_FIELDS, set(sp) - VLLM_SAMPLING_FIELDS
+        assert (sp["seed"], sp["temperature"], sp["max_tokens"], sp["detokenize"]) == (
+            7, 0.5, 16, False)
+        assert sp["stop_token_ids"] == [2, 32000]  # the model's EOG ids and the request's
+    finally:
+        await eng.aclose()
+
+
+async def test_vllm_logprobs_in_both_spellings(tok, gguf_info, model_path) -> None:  # type: ignore[no-untyped-def]
+    new = shape("vllm", "generate_response_nonstream_logprobs_v034")  # token_id, 0.32+
+    old = shape("vllm", "generate_response_nonstream_v011_v024")  # "token_id:N", <= 0.31
+    for body, want in [(new, [(3869, -0.105, ((3869, -0.105), (1576, -2.61))),
+                              (29892, -1.92, ((29889, -0.45), (322, -1.5)))]),
+                       (old, [(3869, -0.105, ((3869, -0.105), (1576, -2.61)))])]:
+        up = Upstream(tok, vllm_routes(lambda r, b=body: httpx.Response(200, json=b)))
+        eng = engine("vllm", up, gguf_info, model_path)
+        await eng.start()
+        try:
+            events = await run(eng, [1, 2], logprobs=2)
+        finally:
+            await eng.aclose()
+        *tokens, finish = events
+        assert finish == FinishEvent("length")
+        assert [(t.token_id, t.logprob, t.top_logprobs) for t in tokens] == want
+
+
+async def test_vllm_without_generate_uses_completions(tok, gguf_info, model_path) -> None:  # type: ignore[no-untyped-def]
+    first = shape("vllm", "completions_stream_chunk_first")
+    final = shape("vllm", "completions_stream_chunk_final")  # EOS 2 in token_ids
+    routes = vllm_routes(lambda r: httpx.Response(500), generate_live=False)
+    routes[("POST", "/v1/completions")] = lambda r: sse(first, final)
+    up = Upstream(tok, routes)
+    eng = engine("vllm", up, gguf_info, model_path)
+    await eng.start()
+    try:
+        assert eng.replicas[0].info.mode == "/v1/completions"  # type: ignore[union-attr]
+        events = await run(eng, [1, 15043])
+        assert events == [TokenEvent(3869), FinishEvent("stop", stop_token=TokenEvent(2))]
+        [sent] = up.generation_bodies("/v1/completions")
+        assert set(sent) <= VLLM_COMPLETIONS_FIELDS, set(sent) - VLLM_COMPLETIONS_FIELDS
+        assert sent["prompt"] == [1, 15043] and sent["return_token_ids"] is True
+        # generation_config.json would fill these on /v1/completions: sent neutral
+        assert (sent["top_k"], sent["min_p"], sent["repetition_penalty"]) == (-1, 0.0, 1.0)
+    finally:
+        await eng.aclose()
+
+
+async def test_vllm_errors_map_to_our_tree(tok, gguf_info, model_path) -> None:  # type: ignore[no-untyped-def]
+    cases: list[tuple[Handler, type[Exception]]] = [
+        # an in-band error before the first token (vLLM validates lazily when streaming)
+        (lambda r: sse(shape("vllm", "generate_stream_error_event")), InvalidRequestError),
+        (lambda r: httpx.Response(400, json=shape("vllm", "error_prompt_too_long_400")),
+         InvalidRequestError),
+        (lambda r: httpx.Response(503, json=shape("vllm", "error_queue_full_503")),
+         ServiceUnavailableError),
+        (lambda r: httpx.Response(429, json={"error": {"message": "busy", "code": 429}}),
+         RateLimitError),
+    ]
+    for handler, expected in cases:
+        up = Upstream(tok, vllm_routes(handler))
+        eng = engine("vllm", up, gguf_info, model_path)
+        await eng.start()
+        try:
+            with pytest.raises(expected) as info:
+                await run(eng, [1, 2])
+            assert "upstream http://up" in str(info.value)
+            if expected is InvalidRequestError:
+                assert info.value.code == "upstream_rejected"  # type: ignore[attr-defined]
+        finally:
+            await eng.aclose()
+
+
+async def test_vllm_scoring_is_unstreamed(tok, gguf_info, model_path) -> None:  # type: ignore[no-untyped-def]
+    body = shape("vllm", "generate_response_nonstream_v034")
+    body["prompt_logprobs"] = [None, {"2": {"logprob": -1.5, "rank": 2},
+                                      "9": {"logprob": -0.5, "rank": 1}},
+                               {"3": {"logprob": -0.25, "rank": 1}}]
+    up = Upstream(tok, vllm_routes(lambda r: httpx.Response(200, json=body)))
+    eng = engine("vllm", up, gguf_info, model_path)
+    await eng.start()
+    try:
+        events = await run(eng, [1, 2, 3], max_tokens=0, prompt_logprobs=1)
+        [sent] = up.generation_bodies("/inference/v1/generate")
+        assert sent["stream"] is False and sent["sampling_params"]["prompt_logprobs"] == 1
+        assert events[0] == PromptLogprobsEvent((TokenEvent(2, -1.5, ((9, -0.5),)),
+                                                 TokenEvent(3, -0.25, ((3, -0.25),))))
+        assert events[1:] == [FinishEvent("length")]  # the token vLLM had to sample is dropped
+    finally:
+        await eng.aclose()
+
+
+# -- SGLang ----------------------------------------------------------------------------------
+
+
+def sglang_routes(generate: Handler, *, deterministic: bool = False,
+                  ) -> dict[tuple[str, str], Handler]:
+    info = shape("sglang", "server_info_response_excerpt")
+    info["enable_deterministic_inference"] = deterministic
+    return {("GET", "/health"): ok,
+            ("GET", "/v1/models"): lambda r: httpx.Response(200, json=shape(
+                "sglang", "v1_models_response")),
+            ("GET", "/server_info"): lambda r: httpx.Response(200, json=info),
+            ("POST", "/generate"): generate}
+
+
+@pytest.mark.parametrize("mode", ["cumulative", "incremental"])
+async def test_sglang_stream_either_mode(tok, gguf_info, model_path, mode: str) -> None:  # type: ignore[no-untyped-def]
+    if mode == "cumulative":  # the default: each chunk holds everything so far
+        chunks = [shape("sglang", "generate_stream_chunk_cumulative_intermediate"),
+                  shape("sglang", "generate_stream_chunk_cumulative_final")]
+    else:  # --incremental-streaming-output: the recorded 2nd and last chunks, after a 1st
+        mid = shape("sglang", "generate_stream_chunk_incremental_intermediate")
+        first = copy.deepcopy(mid)
+        first["output_ids"], first["meta_info"]["completion_tokens"] = [12366], 1
+        chunks = [first, mid, shape("sglang", "generate_stream_chunk_incremental_final")]
+    up = Upstream(tok, sglang_routes(lambda r: sse(*chunks)))
+    eng = engine("sglang", up, gguf_info, model_path, eog=frozenset({128009}))
+    await eng.start()
+    try:
+        assert eng.info.max_model_len == 131072
+        events = await run(eng, [1, 2], temperature=0.0)
+        assert events == [TokenEvent(12366), TokenEvent(13),
+                          FinishEvent("stop", stop_token=TokenEvent(128009))]
+        [sent] = up.generation_bodies("/generate")
+        assert set(sent["sampling_params"]) <= SGLANG_SAMPLING_FIELDS
+        assert sent["input_ids"] == [1, 2] and sent["sampling_params"]["max_new_tokens"] == 16
+        assert sent["sampling_params"]["stop_token_ids"] == [128009]
+    finally:
+        await eng.aclose()
+
+
+async def test_sglang_logprobs_and_prompt_scores(tok, gguf_info, model_path) -> None:  # type: ignore[no-untyped-def]
+    body = shape("sglang", "generate_response_nonstream_logprobs")
+    up = Upstream(tok, sglang_routes(lambda r: httpx.Response(200, json=body)))
+    eng = engine("sglang", up, gguf_info, model_path, eog=frozenset({128009}))
+    await eng.start()
+    try:
+        prompt = [1, *body["prompt_token_ids"][1:]]  # Llama 3's BOS is outside our vocabulary
+        events = await run(eng, prompt, logprobs=1, prompt_logprobs=1)
+        [sent] = up.generation_bodies("/generate")
+        assert (sent["stream"], sent["logprob_start_len"], sent["top_logprobs_num"]) == (
+            False, 0, 1)
+        scored, *tokens, finish = events
+        assert scored.entries[0] == TokenEvent(791, -7.91, ((791, -2.31),))
+        assert [(t.token_id, t.logprob, t.top_logprobs) for t in tokens] == [
+            (12366, -0.12, ((12366, -0.12),)), (13, -0.53, ((13, -0.53),))]
+        assert finish.stop_token.token_id == 128009
+    finally:
+        await eng.aclose()
+
+
+async def test_sglang_refuses_a_seed_it_would_ignore(tok, gguf_info, model_path) -> None:  # type: ignore[no-untyped-def]
+    final = shape("sglang", "generate_stream_chunk_cumulative_final")
+    for deterministic in (False, True):
+        up = Upstream(tok, sglang_routes(lambda r: sse(final), deterministic=deterministic))
+        eng = engine("sglang", up, gguf_info, model_path, eog=frozenset({128009}))
+        await eng.start()
+        try:
+            if not deterministic:
+                with pytest.raises(UnsupportedParameterError) as info:
+                    await run(eng, [1, 2], temperature=0.8, seed=3)
+                assert info.value.param == "seed"
+                await run(eng, [1, 2], temperature=0.8)  # no seed asked: fine
+            else:
+                await run(eng, [1, 2], temperature=0.8, seed=3)
+                [sent] = up.generation_bodies("/generate")
+                assert sent["sampling_params"]["sampling_seed"] == 3
+        finally:
+            await eng.aclose()
+
+
+async def test_sglang_abort_and_errors(tok, gguf_info, model_path) -> None:  # type: ignore[no-untyped-def]
+    cases: list[tuple[Handler, type[Exception]]] = [
+        (lambda r: sse(shape("sglang", "generate_stream_abort_chunk")), InvalidRequestError),
+        (lambda r: sse(shape("sglang", "generate_stream_error_event")), InvalidRequestError),
+        (lambda r: httpx.Response(400, json=shape("sglang", "error_generate_contract_400")),
+         InvalidRequestError),
+        (lambda r: httpx.Response(400, json=shape("sglang", "error_request_validation_400")),
+         InvalidRequestError),
+    ]
+    for handler, expected in cases:
+        up = Upstream(tok, sglang_routes(handler))
+        eng = engine("sglang", up, gguf_info, model_path)
+        await eng.start()
+        try:
+            with pytest.raises(expected):
+                await run(eng, [1, 2])
+        finally:
+            await eng.aclose()
+
+
+# -- llama-server (captured from the real binary) --------------------------------------------
+
+
+def captured(name: str) -> httpx.Response:
+    rec = shape("llama_server", name)["response"]
+    if "raw_sse" in rec:
+        return httpx.Response(rec["status"], content=rec["raw_sse"].encode(),
+                              headers={"content-type": "text/event-stream"})
+    return httpx.Response(rec["status"], json=rec["body"])
+
+
+def llama_routes(completion: Handler) -> dict[tuple[str, str], Handler]:
+    return {("GET", "/health"): ok,
+            ("GET", "/props"): lambda r: captured("props"),
+            ("GET", "/v1/models"): lambda r: captured("v1_models"),
+            ("POST", "/completion"): completion}
+
+
+async def test_llama_server_stream_ends_at_its_eos(tok, gguf_info, model_path) -> None:  # type: ignore[no-untyped-def]
+    up = Upstream(tok, llama_routes(lambda r: captured("completion_stream_eos_return_tokens")))
+    eng = engine("llama-server", up, gguf_info, model_path)
+    await eng.start()
+    try:
+        assert eng.info.max_model_len == 2048  # the slot's context (-c 4096 -np 2)
+        assert eng.info.model == "SmolLM2-135M-Instruct"  # named after its GGUF, as embedded
+        events = await run(eng, [1, 4093], temperature=0.0)
+        assert [e.token_id for e in events[:-1]] == [504, 3575, 282, 4649, 314, 7042, 30]
+        assert events[-1] == FinishEvent("stop", stop_token=TokenEvent(2))
+        [sent] = up.generation_bodies("/completion")
+        assert sent["samplers"] == ["temperature"] and sent["temperature"] == 0.0
+        assert sent["prompt"] == [1, 4093] and sent["return_tokens"] is True
+    finally:
+        await eng.aclose()
+
+
+async def test_llama_server_logprobs_and_errors(tok, gguf_info, model_path) -> None:  # type: ignore[no-untyped-def]
+    up = Upstream(tok, llama_routes(lambda r: captured("completion_nprobs3_stream")))
+    eng = engine("llama-server", up, gguf_info, model_path)
+    await eng.start()
+    try:
+        events = await run(eng, [1, 4093], temperature=0.0, logprobs=2)
+        first = events[0]
+        assert (first.token_id, first.logprob) == (504, pytest.approx(-0.6410474181175232))
+        assert [t for t, _ in first.top_logprobs] == [504, 60]
+        for bad, param in [({"presence_penalty": 0.5}, "presence_penalty"),
+                           ({"ignore_eos": True}, "ignore_eos"),
+                           ({"prompt_logprobs": 1}, "prompt_logprobs")]:
+            with pytest.raises(UnsupportedParameterError) as info:
+                await run(eng, [1, 4093], **bad)
+            assert info.value.param == param
+    finally:
+        await eng.aclose()
+    up = Upstream(tok, llama_routes(lambda r: captured("err_prompt_exceeds_ctx_2100")))
+    eng = engine("llama-server", up, gguf_info, model_path)
+    await eng.start()
+    try:
+        with pytest.raises(ContextLengthExceededError):
+            await run(eng, [1, 4093])
+        with pytest.raises(InvalidRequestError):  # never sent: longer than the slot
+            await run(eng, [504] * 2048)
+    finally:
+        await eng.aclose()

@@ -1,0 +1,139 @@
+"""vLLM's token API, POST /inference/v1/generate, as tokenwire serves it (scripted engine);
+the shapes are compared with vLLM's own, recorded from its source in tests/engines/shapes/."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.fakes import MODEL, FakeEngine
+from tokenwire.tokenizers.hf import HFTokenizer
+
+pytestmark = pytest.mark.anyio
+
+SHAPES = Path(__file__).parents[1] / "engines" / "shapes" / "vllm"
+
+
+def body(tok: HFTokenizer, **sampling: Any) -> dict[str, Any]:
+    return {"token_ids": tok.encode("Say hi"), "sampling_params": {"max_tokens": 64,
+                                                                  **sampling}}
+
+
+async def generate(client: httpx.AsyncClient, payload: Any) -> httpx.Response:
+    return await client.post("/inference/v1/generate", json=payload)
+
+
+def events(r: httpx.Response) -> list[dict[str, Any]]:
+    frames = [f[6:] for f in r.text.split("\n\n") if f.startswith("data: ")]
+    assert frames[-1] == "[DONE]"
+    return [json.loads(f) for f in frames[:-1]]
+
+
+async def test_whole_response_has_vllm_shape(client: httpx.AsyncClient, tok: HFTokenizer,
+                                             fake_engine: FakeEngine) -> None:
+    r = await generate(client, {**body(tok, logprobs=1), "request_id": "r1", "model": MODEL})
+    data = r.json()
+    vllm = json.loads((SHAPES / "generate_response_nonstream_v034.json").read_text())
+    # every field a vLLM client reads is there, with vLLM's types
+    for key in ("request_id", "model", "created", "usage", "output_mode", "choices"):
+        assert type(data[key]) is type(vllm[key]) or vllm[key] is None, key
+    assert data["request_id"] == "generate-tokens-r1"
+    [choice] = data["choices"]
+    # vLLM's ids end with the id that ended the output; the main EOS has no stop_reason
+    assert choice["token_ids"] == [*fake_engine.script, fake_engine.eog_id]
+    assert (choice["finish_reason"], choice["stop_reason"]) == ("stop", None)
+    assert data["usage"]["completion_tokens"] == len(fake_engine.script) + 1
+    entries = choice["logprobs"]["content"]
+    assert len(entries) == len(choice["token_ids"])
+    for t, e in zip(choice["token_ids"], entries, strict=True):
+        # both vLLM spellings of the id: token_id (0.32+) and "token_id:N" (older, verifiers)
+        assert e["token_id"] == t and e["token"] == f"token_id:{t}"
+        assert e["top_logprobs"][0]["token_id"] == t
+    assert data["tokenizer_version"] == tok.version and data["token_ids_source"] == "sampled"
+
+
+async def test_stream_is_deltas_then_usage(client: httpx.AsyncClient, tok: HFTokenizer,
+                                           fake_engine: FakeEngine) -> None:
+    whole = (await generate(client, body(tok))).json()
+    r = await generate(client, {**body(tok), "stream": True, "return_token_ids": True,
+                                "stream_options": {"include_usage": True}})
+    evs = events(r)
+    assert evs[0]["prompt_token_ids"] == tok.encode("Say hi")
+    assert all("prompt_token_ids" not in e for e in evs[1:])
+    *chunks, usage = evs
+    assert usage["choices"] == [] and usage["usage"] == whole["usage"]
+    ids = [t for e in chunks for t in e["choices"][0]["token_ids"]]
+    assert ids == whole["choices"][0]["token_ids"]
+    assert [e["choices"][0]["finish_reason"] for e in chunks][-1] == "stop"
+    assert all(e["choices"][0]["finish_reason"] is None for e in chunks[:-1])
+
+
+async def test_stop_ids_and_strings_end_as_vllm_ends_them(client: httpx.AsyncClient,
+                                                          tok: HFTokenizer,
+                                                          fake_engine: FakeEngine) -> None:
+    script = fake_engine.script
+    stop_id = script[3]
+    data = (await generate(client, body(tok, stop_token_ids=[stop_id]))).json()
+    [choice] = data["choices"]
+    assert choice["token_ids"] == script[:4] and choice["stop_reason"] == stop_id
+    # a stop string: the token that completes it is the last id (vLLM keeps it)
+    data = (await generate(client, body(tok, stop=["tous"]))).json()
+    [choice] = data["choices"]
+    assert choice["stop_reason"] == "tous"
+    assert tok.decode(choice["token_ids"]).endswith("tous")
+
+
+async def test_n_choices(client: httpx.AsyncClient, tok: HFTokenizer) -> None:
+    data = (await generate(client, body(tok, n=3, seed=5, temperature=0.7))).json()
+    assert [c["index"] for c in data["choices"]] == [0, 1, 2]
+
+
+@pytest.mark.parametrize(("payload", "status", "code", "param"), [
+    ({"token_ids": [1], "sampling_params": {"bogus": 1}}, 400, "unknown_parameter",
+     "sampling_params.bogus"),
+    ({"token_ids": [1], "sampling_params": {"top_k": 5}}, 400, "unsupported_parameter",
+     "sampling_params.top_k"),
+    ({"token_ids": [1], "sampling_params": {}, "output_mode": "text"}, 400,
+     "unsupported_parameter", "output_mode"),
+    ({"token_ids": [1], "sampling_params": {}, "priority": 3}, 400, "unsupported_parameter",
+     "priority"),
+    ({"token_ids": [], "sampling_params": {}}, 400, "invalid_value", "token_ids"),
+    ({"token_ids": [1, 99999], "sampling_params": {}}, 400, "invalid_token_id", "token_ids[1]"),
+    ({"token_ids": [1, -2], "sampling_params": {}}, 400, "invalid_token_id", "token_ids[1]"),
+    ({"token_ids": [1], "sampling_params": {"stop_token_ids": [99999]}}, 400,
+     "invalid_token_id", "sampling_params.stop_token_ids[0]"),
+    ({"token_ids": [1], "sampling_params": {"max_tokens": 99999}}, 400,
+     "context_length_exceeded", "sampling_params.max_tokens"),
+    ({"token_ids": [1], "sampling_params": {"prompt_logprobs": 1}, "stream": True}, 400,
+     "invalid_value", "sampling_params.prompt_logprobs"),
+    ({"token_ids": [1], "sampling_params": {}, "model": "gpt-4o"}, 404, "model_not_found",
+     "model"),
+    ({"token_ids": [1], "sampling_params": {}, "tokenizer_version": "nope"}, 400,
+     "unknown_tokenizer_version", "tokenizer_version"),
+    ({"token_ids": [1]}, 400, "missing_required_parameter", "sampling_params"),
+    ({"token_ids": [1], "sampling_params": {"n": 0}}, 400, "invalid_value", "sampling_params.n"),
+])
+async def test_bad_requests_name_the_field(client: httpx.AsyncClient, fake_engine: FakeEngine,
+                                           payload: dict[str, Any], status: int, code: str,
+                                           param: str) -> None:
+    r = await generate(client, payload)
+    assert r.status_code == status, r.text
+    err = r.json()["error"]
+    assert (err["code"], err["param"]) == (code, param)
+    assert fake_engine.prompts == []
+
+
+async def test_prompt_logprobs_in_vllm_shape(client: httpx.AsyncClient, tok: HFTokenizer,
+                                             ) -> None:
+    prompt = tok.encode("Say hi there")
+    data = (await generate(client, {"token_ids": prompt, "sampling_params": {
+        "max_tokens": 1, "prompt_logprobs": 2}})).json()
+    rows = data["prompt_logprobs"]
+    assert len(rows) == len(prompt) and rows[0] is None
+    for pos, row in enumerate(rows[1:], start=1):
+        assert str(prompt[pos]) in row  # the prompt token, then the most likely ones
+        assert all(set(v) <= {"logprob", "rank"} for v in row.values())
