@@ -13,6 +13,11 @@ export CMAKE_BUILD_PARALLEL_LEVEL ?= $(shell nproc 2>/dev/null || echo 2)
 LLAMA_CPP_VERSION := $(shell sed -n 's/.*"llama-cpp-python==\([0-9.]*\)".*/\1/p' pyproject.toml)
 LLAMA_SERVER_DIR ?= $(HOME)/.cache/tokenwire/llama-server-$(LLAMA_CPP_VERSION)
 export TOKENWIRE_LLAMA_SERVER ?= $(LLAMA_SERVER_DIR)/llama-server
+# third-party clients the tests drive, in a virtualenv of their own (verifiers pins openai<3;
+# ours tests the newest openai SDK)
+CLIENTS := .venv-clients
+CLIENTS_INSTALLED := $(CLIENTS)/.installed
+export TOKENWIRE_CLIENTS_PYTHON ?= $(abspath $(CLIENTS))/bin/python
 
 .PHONY: install serve test test-quick lint bench clean
 
@@ -31,6 +36,12 @@ $(DEV_INSTALLED): $(INSTALLED)
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $@
 
+$(CLIENTS_INSTALLED): tests/clients/requirements.txt
+	$(PYTHON) -m venv $(CLIENTS)
+	$(CLIENTS)/bin/pip install --quiet --upgrade pip
+	$(CLIENTS)/bin/pip install --quiet -r tests/clients/requirements.txt
+	touch $@
+
 $(TOKENWIRE_LLAMA_SERVER): | $(BIN)/python
 	scripts/build-llama-server.sh $(LLAMA_CPP_VERSION) $(LLAMA_SERVER_DIR) $(BIN)/pip
 
@@ -41,7 +52,7 @@ serve: install
 # gateway in front of a second tokenwire process, and in front of llama-server (the gateway's
 # own tests, which start their upstreams themselves, run once)
 GATEWAY_RUN := --ignore=tests/e2e/test_gateway.py
-test: $(DEV_INSTALLED) $(TOKENWIRE_LLAMA_SERVER)
+test: $(DEV_INSTALLED) $(TOKENWIRE_LLAMA_SERVER) $(CLIENTS_INSTALLED)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 	TOKENWIRE_TEST_UPSTREAM=tokenwire $(BIN)/python -m pytest tests/e2e $(GATEWAY_RUN) $(PYTEST_ARGS)
 	TOKENWIRE_TEST_UPSTREAM=llama-server $(BIN)/python -m pytest tests/e2e $(GATEWAY_RUN) $(PYTEST_ARGS)
@@ -54,8 +65,8 @@ lint: $(DEV_INSTALLED)
 	$(BIN)/ruff check src tests bench
 	$(BIN)/mypy
 
-bench: install
+bench: $(DEV_INSTALLED)
 	$(BIN)/python bench/run.py
 
 clean:
-	rm -rf $(VENV) build src/*.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(CLIENTS) build src/*.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -38,6 +38,7 @@ class FakeEngine:
         """Raised at admission (e.g. a full queue)."""
         self.fail_after: int | None = None
         """Raise EngineError after this many tokens (an engine fault mid-generation)."""
+        self.health_report = EngineHealth(ok=True)
 
     @property
     def info(self) -> EngineInfo:
@@ -50,7 +51,7 @@ class FakeEngine:
         pass
 
     def health(self) -> EngineHealth:
-        return EngineHealth(ok=True)
+        return self.health_report
 
     @property
     def n_active(self) -> int:

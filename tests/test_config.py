@@ -49,3 +49,27 @@ def test_seeds_are_mixed_not_truncated() -> None:
     assert a == [p.seed for p in choice_params(n=3, max_tokens=1, temperature=1, top_p=1,
                                                seed=-1, logprobs=None)]
     assert len(set(a)) == 3
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--engine", "vllm", "--tokenizer", "x.gguf"], "needs at least one --upstream URL"),
+    (["--engine", "vllm", "--upstream", "http://h:8000"], "needs --tokenizer"),
+    (["--upstream", "http://h:8000"], "--upstream is for upstream engines"),
+    (["--engine", "tgi", "--upstream", "http://h:8000"], "engine: Input should be"),
+])
+def test_serve_refuses_bad_engine_settings(args: list[str], message: str,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    from tokenwire.cli import main
+
+    assert main(["serve", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("tokenwire serve: ") and message in err, err
+
+
+def test_raw_prompts_by_deployment() -> None:
+    assert Settings().raw_prompts_allowed(None)  # keyless, loopback
+    assert not Settings(host="0.0.0.0").raw_prompts_allowed(None)
+    assert not Settings(api_keys=["a"]).raw_prompts_allowed("a")
+    assert Settings(api_keys=["a", "b"], raw_prompt_keys=["b"]).raw_prompts_allowed("b")
+    assert Settings(api_keys=["a"], raw_prompts="allow").raw_prompts_allowed("a")
+    assert not Settings(raw_prompts="deny").raw_prompts_allowed(None)

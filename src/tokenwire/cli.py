@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    import uvicorn
+
     from .client import Client
     from .config import Settings
     from .tokenizers.hf import HFTokenizer
@@ -21,6 +23,7 @@ __all__ = ["main"]
 def _serve(args: argparse.Namespace) -> int:
     import asyncio
 
+    import uvicorn
     from pydantic import ValidationError
 
     from .config import Settings
@@ -42,10 +45,14 @@ def _serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=settings.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per upstream request
-    return asyncio.run(_serve_async(settings))
+    config = uvicorn.Config("", host=settings.host, port=settings.port,  # the app comes later
+                            log_level=settings.log_level, timeout_graceful_shutdown=30)
+    # uvicorn's own loop choice (uvloop when installed), as uvicorn.run would make it
+    with asyncio.Runner(loop_factory=config.get_loop_factory()) as runner:
+        return runner.run(_serve_async(settings, config))
 
 
-async def _serve_async(settings: Settings) -> int:
+async def _serve_async(settings: Settings, config: uvicorn.Config) -> int:
     """Load the model first, so a refusal to start is one clear line (not a traceback from
     inside the server's lifespan), then serve on the same event loop."""
     import uvicorn
@@ -66,11 +73,8 @@ async def _serve_async(settings: Settings) -> int:
     except (EngineStartError, TokenizerParityError, TokenizerSourceError, OSError) as exc:
         print(f"tokenwire serve: not starting: {exc}", file=sys.stderr)
         return 1
-    app = create_app(settings, models=models, tokenizers=tokenizers)
-    server = uvicorn.Server(uvicorn.Config(app, host=settings.host, port=settings.port,
-                                           log_level=settings.log_level,
-                                           timeout_graceful_shutdown=30))
-    await server.serve()
+    config.app = create_app(settings, models=models, tokenizers=tokenizers)
+    await uvicorn.Server(config).serve()
     return 0
 
 

@@ -190,11 +190,14 @@ def test_disconnect_mid_stream_frees_the_engine(live_server: LiveServer,
     with httpx.Client(base_url=live_server.url, timeout=30) as http:
         with http.stream("POST", "/v1/chat/completions", json=body) as r:
             lines = 0
-            for line in r.iter_lines():
+            # held: a dropped line iterator closes the connection (httpcore), which would
+            # disconnect before the check below
+            stream = r.iter_lines()
+            for line in stream:
                 lines += bool(line)
                 if lines == 5:
                     break
-        assert engine.n_active == 1
+            assert engine.n_active == 1
     deadline = time.monotonic() + 10
     while engine.n_active and time.monotonic() < deadline:
         time.sleep(0.01)

@@ -308,3 +308,18 @@ def test_the_gateway_keeps_the_policy(two: list[Upstream], tmp_path: Path) -> No
         assert replicas(http)[0]["served"] == before  # refused before the upstream saw it
         assert chat(http, "Give me a recipe.").status_code == 200
         assert replicas(http)[0]["served"] == before + 1
+
+
+def test_no_upstream_is_a_clear_refusal_to_start(tmp_path: Path) -> None:
+    nobody = f"http://127.0.0.1:{_free_port()}"
+    proc = subprocess.run(
+        [sys.executable, "-m", "tokenwire", "serve", "--engine", "vllm", "--upstream", nobody,
+         "--tokenizer", str(default_model_path()), "--port", str(_free_port())],
+        capture_output=True, text=True, timeout=120,
+        env={**os.environ, "TOKENWIRE_TOKENIZER_STORE": str(tmp_path / "store"),
+             "TOKENWIRE_UPSTREAM_START_TIMEOUT": "1"})
+    assert proc.returncode == 1
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"tokenwire serve: not starting: no vllm upstream answered within 1 s "
+                           f"({nobody}: health check failed"), last
+    assert "Traceback" not in proc.stderr

@@ -4,15 +4,21 @@ with its provenance in docs/engines.md). The real-process tests are in tests/e2e
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import copy
 import json
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
 
+from tests.conftest import _free_port, start_server
 from tokenwire.config import Settings
 from tokenwire.engines.base import FinishEvent, PromptLogprobsEvent, SamplingParams, TokenEvent
 from tokenwire.engines.registry import EngineSpec
@@ -29,7 +35,8 @@ from tokenwire.tokenizers.source import TokenizerSource
 pytestmark = pytest.mark.anyio
 
 SHAPES = Path(__file__).parent / "shapes"
-Handler = Callable[[httpx.Request], httpx.Response]
+Handler = Callable[[Any], Response]
+"""Answers a request's JSON body."""
 
 #: vLLM 0.34's SamplingParams fields (vllm/sampling_params.py), verbatim from its source
 VLLM_SAMPLING_FIELDS = {
@@ -60,47 +67,75 @@ def shape(kind: str, name: str) -> Any:
     return copy.deepcopy(json.loads((SHAPES / kind / f"{name}.json").read_text()))
 
 
-def sse(*chunks: Any, done: bool = True) -> httpx.Response:
+def sse(*chunks: Any, done: bool = True) -> Response:
     body = b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks)
-    return httpx.Response(200, content=body + (b"data: [DONE]\n\n" if done else b""),
-                          headers={"content-type": "text/event-stream"})
+    return Response(body + (b"data: [DONE]\n\n" if done else b""),
+                    media_type="text/event-stream")
+
+
+def reply(status: int, body: Any = None) -> Response:
+    return JSONResponse(body, status_code=status) if body is not None else \
+        Response(status_code=status)
 
 
 class Upstream:
-    """A recorded upstream: answers by (method, path); records what it was sent."""
+    """A recorded upstream on loopback: answers by (method, path) with recorded bodies, and
+    keeps what it was sent. Its `/tokenize` is the real tokenizer's."""
 
     def __init__(self, tok: Any, routes: dict[tuple[str, str], Handler]):
         self.routes = routes
         self.sent: list[tuple[str, Any]] = []
         self._tok = tok
+        self.url = ""
 
-    def __call__(self, request: httpx.Request) -> httpx.Response:
-        body = json.loads(request.content) if request.content else None
+    async def handle(self, request: Request) -> Response:
+        raw = await request.body()
+        body = json.loads(raw) if raw else None
         self.sent.append((request.url.path, body))
-        if request.url.path in ("/tokenize", "/v1/tokenize"):  # the upstream's own tokenizer
+        if request.url.path in ("/tokenize", "/v1/tokenize"):
             text = body.get("prompt", body.get("content"))
-            return httpx.Response(200, json={"tokens": self._tok.encode(text,
-                                                                        parse_special=True)})
+            return JSONResponse({"tokens": self._tok.encode(text, parse_special=True)})
         handler = self.routes.get((request.method, request.url.path))
         if handler is None:
-            return httpx.Response(404, json={"detail": "Not Found"})
-        return handler(request)
+            return JSONResponse({"detail": "Not Found"}, status_code=404)
+        return handler(body)
+
+    @contextlib.contextmanager
+    def serving(self, port: int | None = None) -> Iterator[Upstream]:
+        app = Starlette(routes=[Route("/{path:path}", self.handle, methods=["GET", "POST"])])
+        port = port or _free_port()
+        server, thread = start_server(app, port)
+        self.url = f"http://127.0.0.1:{port}"
+        try:
+            yield self
+        finally:
+            server.should_exit = True
+            thread.join(timeout=30)
 
     def generation_bodies(self, path: str) -> list[Any]:
         """What was POSTed to `path`, the start-up probe (`{}`) left out."""
         return [b for p, b in self.sent if p == path and b]
 
 
-def engine(kind: str, upstream: Upstream, source: TokenizerSource, model_path: Path,
-           eog: frozenset[int] = frozenset({2})) -> UpstreamEngine:
+@contextlib.asynccontextmanager
+async def engine(kind: str, upstream: Upstream, source: TokenizerSource, model_path: Path,
+                 eog: frozenset[int] = frozenset({2})) -> AsyncIterator[UpstreamEngine]:
     from tokenwire.engines.llama_server import LlamaServerEngine
     from tokenwire.engines.sglang import SGLangEngine
     from tokenwire.engines.vllm import VllmEngine
 
-    settings = Settings(engine=kind, upstream=["http://up"], tokenizer=model_path,  # type: ignore[arg-type]
-                        health_interval=3600)
-    cls = {"vllm": VllmEngine, "sglang": SGLangEngine, "llama-server": LlamaServerEngine}[kind]
-    return cls(EngineSpec(settings, source, eog), transport=httpx.MockTransport(upstream))
+    with upstream.serving():
+        settings = Settings(engine=kind, upstream=[upstream.url],  # type: ignore[arg-type]
+                            tokenizer=model_path, health_interval=3600,
+                            upstream_start_timeout=5)
+        cls = {"vllm": VllmEngine, "sglang": SGLangEngine,
+               "llama-server": LlamaServerEngine}[kind]
+        eng = cls(EngineSpec(settings, source, eog))
+        try:
+            await eng.start()
+            yield eng
+        finally:
+            await eng.aclose()
 
 
 async def run(eng: UpstreamEngine, prompt: list[int], **params: Any) -> list[Any]:
@@ -108,8 +143,8 @@ async def run(eng: UpstreamEngine, prompt: list[int], **params: Any) -> list[Any
     return [ev async for ev in stream]
 
 
-def ok(_: httpx.Request) -> httpx.Response:
-    return httpx.Response(200)
+def ok(_: Any) -> Response:
+    return Response(status_code=200)
 
 
 # -- vLLM ------------------------------------------------------------------------------------
@@ -117,15 +152,15 @@ def ok(_: httpx.Request) -> httpx.Response:
 
 def vllm_routes(generate: Handler, *, generate_live: bool = True) -> dict[tuple[str, str],
                                                                           Handler]:
-    def gen(request: httpx.Request) -> httpx.Response:
-        if json.loads(request.content) == {}:  # the start-up probe
+    def gen(body: Any) -> Response:
+        if body == {}:  # the start-up probe
             if generate_live:
-                return httpx.Response(400, json=shape("vllm", "error_validation_400"))
-            return httpx.Response(403, json=shape("vllm", "error_scale_out_disabled_403"))
-        return generate(request)
+                return reply(400, shape("vllm", "error_validation_400"))
+            return reply(403, shape("vllm", "error_scale_out_disabled_403"))
+        return generate(body)
 
     return {("GET", "/health"): ok,
-            ("GET", "/v1/models"): lambda r: httpx.Response(200, json=shape(
+            ("GET", "/v1/models"): lambda r: reply(200, shape(
                 "vllm", "v1_models_response")),
             ("POST", "/inference/v1/generate"): gen}
 
@@ -135,9 +170,7 @@ async def test_vllm_generate_stream(tok, gguf_info, model_path) -> None:  # type
     final = shape("vllm", "generate_stream_final_chunk_v034")  # stop id 32000, stop_reason set
     up = Upstream(tok, vllm_routes(lambda r: sse(first, final, shape(
         "vllm", "generate_stream_usage_chunk_v034"))))
-    eng = engine("vllm", up, gguf_info, model_path)
-    await eng.start()
-    try:
+    async with engine("vllm", up, gguf_info, model_path) as eng:
         assert eng.info.max_model_len == 32768 and eng.info.model == "my-served-name"
         events = await run(eng, [1, 2, 3], stop_token_ids=frozenset({32000}), seed=7,
                            temperature=0.5, cache_salt="salt")
@@ -150,8 +183,6 @@ async def test_vllm_generate_stream(tok, gguf_info, model_path) -> None:  # type
         assert (sp["seed"], sp["temperature"], sp["max_tokens"], sp["detokenize"]) == (
             7, 0.5, 16, False)
         assert sp["stop_token_ids"] == [2, 32000]  # the model's EOG ids and the request's
-    finally:
-        await eng.aclose()
 
 
 async def test_vllm_logprobs_in_both_spellings(tok, gguf_info, model_path) -> None:  # type: ignore[no-untyped-def]
@@ -160,13 +191,9 @@ async def test_vllm_logprobs_in_both_spellings(tok, gguf_info, model_path) -> No
     for body, want in [(new, [(3869, -0.105, ((3869, -0.105), (1576, -2.61))),
                               (29892, -1.92, ((29889, -0.45), (322, -1.5)))]),
                        (old, [(3869, -0.105, ((3869, -0.105), (1576, -2.61)))])]:
-        up = Upstream(tok, vllm_routes(lambda r, b=body: httpx.Response(200, json=b)))
-        eng = engine("vllm", up, gguf_info, model_path)
-        await eng.start()
-        try:
+        up = Upstream(tok, vllm_routes(lambda r, b=body: reply(200, b)))
+        async with engine("vllm", up, gguf_info, model_path) as eng:
             events = await run(eng, [1, 2], logprobs=2)
-        finally:
-            await eng.aclose()
         *tokens, finish = events
         assert finish == FinishEvent("length")
         assert [(t.token_id, t.logprob, t.top_logprobs) for t in tokens] == want
@@ -175,12 +202,10 @@ async def test_vllm_logprobs_in_both_spellings(tok, gguf_info, model_path) -> No
 async def test_vllm_without_generate_uses_completions(tok, gguf_info, model_path) -> None:  # type: ignore[no-untyped-def]
     first = shape("vllm", "completions_stream_chunk_first")
     final = shape("vllm", "completions_stream_chunk_final")  # EOS 2 in token_ids
-    routes = vllm_routes(lambda r: httpx.Response(500), generate_live=False)
+    routes = vllm_routes(lambda r: reply(500), generate_live=False)
     routes[("POST", "/v1/completions")] = lambda r: sse(first, final)
     up = Upstream(tok, routes)
-    eng = engine("vllm", up, gguf_info, model_path)
-    await eng.start()
-    try:
+    async with engine("vllm", up, gguf_info, model_path) as eng:
         assert eng.replicas[0].info.mode == "/v1/completions"  # type: ignore[union-attr]
         events = await run(eng, [1, 15043])
         assert events == [TokenEvent(3869), FinishEvent("stop", stop_token=TokenEvent(2))]
@@ -189,33 +214,27 @@ async def test_vllm_without_generate_uses_completions(tok, gguf_info, model_path
         assert sent["prompt"] == [1, 15043] and sent["return_token_ids"] is True
         # generation_config.json would fill these on /v1/completions: sent neutral
         assert (sent["top_k"], sent["min_p"], sent["repetition_penalty"]) == (-1, 0.0, 1.0)
-    finally:
-        await eng.aclose()
 
 
 async def test_vllm_errors_map_to_our_tree(tok, gguf_info, model_path) -> None:  # type: ignore[no-untyped-def]
     cases: list[tuple[Handler, type[Exception]]] = [
         # an in-band error before the first token (vLLM validates lazily when streaming)
         (lambda r: sse(shape("vllm", "generate_stream_error_event")), InvalidRequestError),
-        (lambda r: httpx.Response(400, json=shape("vllm", "error_prompt_too_long_400")),
+        (lambda r: reply(400, shape("vllm", "error_prompt_too_long_400")),
          InvalidRequestError),
-        (lambda r: httpx.Response(503, json=shape("vllm", "error_queue_full_503")),
+        (lambda r: reply(503, shape("vllm", "error_queue_full_503")),
          ServiceUnavailableError),
-        (lambda r: httpx.Response(429, json={"error": {"message": "busy", "code": 429}}),
+        (lambda r: reply(429, {"error": {"message": "busy", "code": 429}}),
          RateLimitError),
     ]
     for handler, expected in cases:
         up = Upstream(tok, vllm_routes(handler))
-        eng = engine("vllm", up, gguf_info, model_path)
-        await eng.start()
-        try:
+        async with engine("vllm", up, gguf_info, model_path) as eng:
             with pytest.raises(expected) as info:
                 await run(eng, [1, 2])
-            assert "upstream http://up" in str(info.value)
+            assert f"upstream {up.url}" in str(info.value)
             if expected is InvalidRequestError:
                 assert info.value.code == "upstream_rejected"  # type: ignore[attr-defined]
-        finally:
-            await eng.aclose()
 
 
 async def test_vllm_scoring_is_unstreamed(tok, gguf_info, model_path) -> None:  # type: ignore[no-untyped-def]
@@ -223,18 +242,14 @@ async def test_vllm_scoring_is_unstreamed(tok, gguf_info, model_path) -> None:  
     body["prompt_logprobs"] = [None, {"2": {"logprob": -1.5, "rank": 2},
                                       "9": {"logprob": -0.5, "rank": 1}},
                                {"3": {"logprob": -0.25, "rank": 1}}]
-    up = Upstream(tok, vllm_routes(lambda r: httpx.Response(200, json=body)))
-    eng = engine("vllm", up, gguf_info, model_path)
-    await eng.start()
-    try:
+    up = Upstream(tok, vllm_routes(lambda r: reply(200, body)))
+    async with engine("vllm", up, gguf_info, model_path) as eng:
         events = await run(eng, [1, 2, 3], max_tokens=0, prompt_logprobs=1)
         [sent] = up.generation_bodies("/inference/v1/generate")
         assert sent["stream"] is False and sent["sampling_params"]["prompt_logprobs"] == 1
         assert events[0] == PromptLogprobsEvent((TokenEvent(2, -1.5, ((9, -0.5),)),
                                                  TokenEvent(3, -0.25, ((3, -0.25),))))
         assert events[1:] == [FinishEvent("length")]  # the token vLLM had to sample is dropped
-    finally:
-        await eng.aclose()
 
 
 # -- SGLang ----------------------------------------------------------------------------------
@@ -245,9 +260,9 @@ def sglang_routes(generate: Handler, *, deterministic: bool = False,
     info = shape("sglang", "server_info_response_excerpt")
     info["enable_deterministic_inference"] = deterministic
     return {("GET", "/health"): ok,
-            ("GET", "/v1/models"): lambda r: httpx.Response(200, json=shape(
+            ("GET", "/v1/models"): lambda r: reply(200, shape(
                 "sglang", "v1_models_response")),
-            ("GET", "/server_info"): lambda r: httpx.Response(200, json=info),
+            ("GET", "/server_info"): lambda r: reply(200, info),
             ("POST", "/generate"): generate}
 
 
@@ -262,9 +277,7 @@ async def test_sglang_stream_either_mode(tok, gguf_info, model_path, mode: str) 
         first["output_ids"], first["meta_info"]["completion_tokens"] = [12366], 1
         chunks = [first, mid, shape("sglang", "generate_stream_chunk_incremental_final")]
     up = Upstream(tok, sglang_routes(lambda r: sse(*chunks)))
-    eng = engine("sglang", up, gguf_info, model_path, eog=frozenset({128009}))
-    await eng.start()
-    try:
+    async with engine("sglang", up, gguf_info, model_path, eog=frozenset({128009})) as eng:
         assert eng.info.max_model_len == 131072
         events = await run(eng, [1, 2], temperature=0.0)
         assert events == [TokenEvent(12366), TokenEvent(13),
@@ -273,16 +286,12 @@ async def test_sglang_stream_either_mode(tok, gguf_info, model_path, mode: str) 
         assert set(sent["sampling_params"]) <= SGLANG_SAMPLING_FIELDS
         assert sent["input_ids"] == [1, 2] and sent["sampling_params"]["max_new_tokens"] == 16
         assert sent["sampling_params"]["stop_token_ids"] == [128009]
-    finally:
-        await eng.aclose()
 
 
 async def test_sglang_logprobs_and_prompt_scores(tok, gguf_info, model_path) -> None:  # type: ignore[no-untyped-def]
     body = shape("sglang", "generate_response_nonstream_logprobs")
-    up = Upstream(tok, sglang_routes(lambda r: httpx.Response(200, json=body)))
-    eng = engine("sglang", up, gguf_info, model_path, eog=frozenset({128009}))
-    await eng.start()
-    try:
+    up = Upstream(tok, sglang_routes(lambda r: reply(200, body)))
+    async with engine("sglang", up, gguf_info, model_path, eog=frozenset({128009})) as eng:
         prompt = [1, *body["prompt_token_ids"][1:]]  # Llama 3's BOS is outside our vocabulary
         events = await run(eng, prompt, logprobs=1, prompt_logprobs=1)
         [sent] = up.generation_bodies("/generate")
@@ -293,17 +302,13 @@ async def test_sglang_logprobs_and_prompt_scores(tok, gguf_info, model_path) -> 
         assert [(t.token_id, t.logprob, t.top_logprobs) for t in tokens] == [
             (12366, -0.12, ((12366, -0.12),)), (13, -0.53, ((13, -0.53),))]
         assert finish.stop_token.token_id == 128009
-    finally:
-        await eng.aclose()
 
 
 async def test_sglang_refuses_a_seed_it_would_ignore(tok, gguf_info, model_path) -> None:  # type: ignore[no-untyped-def]
     final = shape("sglang", "generate_stream_chunk_cumulative_final")
     for deterministic in (False, True):
         up = Upstream(tok, sglang_routes(lambda r: sse(final), deterministic=deterministic))
-        eng = engine("sglang", up, gguf_info, model_path, eog=frozenset({128009}))
-        await eng.start()
-        try:
+        async with engine("sglang", up, gguf_info, model_path, eog=frozenset({128009})) as eng:
             if not deterministic:
                 with pytest.raises(UnsupportedParameterError) as info:
                     await run(eng, [1, 2], temperature=0.8, seed=3)
@@ -313,39 +318,33 @@ async def test_sglang_refuses_a_seed_it_would_ignore(tok, gguf_info, model_path)
                 await run(eng, [1, 2], temperature=0.8, seed=3)
                 [sent] = up.generation_bodies("/generate")
                 assert sent["sampling_params"]["sampling_seed"] == 3
-        finally:
-            await eng.aclose()
 
 
 async def test_sglang_abort_and_errors(tok, gguf_info, model_path) -> None:  # type: ignore[no-untyped-def]
     cases: list[tuple[Handler, type[Exception]]] = [
         (lambda r: sse(shape("sglang", "generate_stream_abort_chunk")), InvalidRequestError),
         (lambda r: sse(shape("sglang", "generate_stream_error_event")), InvalidRequestError),
-        (lambda r: httpx.Response(400, json=shape("sglang", "error_generate_contract_400")),
+        (lambda r: reply(400, shape("sglang", "error_generate_contract_400")),
          InvalidRequestError),
-        (lambda r: httpx.Response(400, json=shape("sglang", "error_request_validation_400")),
+        (lambda r: reply(400, shape("sglang", "error_request_validation_400")),
          InvalidRequestError),
     ]
     for handler, expected in cases:
         up = Upstream(tok, sglang_routes(handler))
-        eng = engine("sglang", up, gguf_info, model_path)
-        await eng.start()
-        try:
+        async with engine("sglang", up, gguf_info, model_path) as eng:
             with pytest.raises(expected):
                 await run(eng, [1, 2])
-        finally:
-            await eng.aclose()
 
 
 # -- llama-server (captured from the real binary) --------------------------------------------
 
 
-def captured(name: str) -> httpx.Response:
+def captured(name: str) -> Response:
     rec = shape("llama_server", name)["response"]
     if "raw_sse" in rec:
-        return httpx.Response(rec["status"], content=rec["raw_sse"].encode(),
-                              headers={"content-type": "text/event-stream"})
-    return httpx.Response(rec["status"], json=rec["body"])
+        return Response(rec["raw_sse"].encode(), status_code=rec["status"],
+                        media_type="text/event-stream")
+    return reply(rec["status"], rec["body"])
 
 
 def llama_routes(completion: Handler) -> dict[tuple[str, str], Handler]:
@@ -357,9 +356,7 @@ def llama_routes(completion: Handler) -> dict[tuple[str, str], Handler]:
 
 async def test_llama_server_stream_ends_at_its_eos(tok, gguf_info, model_path) -> None:  # type: ignore[no-untyped-def]
     up = Upstream(tok, llama_routes(lambda r: captured("completion_stream_eos_return_tokens")))
-    eng = engine("llama-server", up, gguf_info, model_path)
-    await eng.start()
-    try:
+    async with engine("llama-server", up, gguf_info, model_path) as eng:
         assert eng.info.max_model_len == 2048  # the slot's context (-c 4096 -np 2)
         assert eng.info.model == "SmolLM2-135M-Instruct"  # named after its GGUF, as embedded
         events = await run(eng, [1, 4093], temperature=0.0)
@@ -368,15 +365,11 @@ async def test_llama_server_stream_ends_at_its_eos(tok, gguf_info, model_path) -
         [sent] = up.generation_bodies("/completion")
         assert sent["samplers"] == ["temperature"] and sent["temperature"] == 0.0
         assert sent["prompt"] == [1, 4093] and sent["return_tokens"] is True
-    finally:
-        await eng.aclose()
 
 
 async def test_llama_server_logprobs_and_errors(tok, gguf_info, model_path) -> None:  # type: ignore[no-untyped-def]
     up = Upstream(tok, llama_routes(lambda r: captured("completion_nprobs3_stream")))
-    eng = engine("llama-server", up, gguf_info, model_path)
-    await eng.start()
-    try:
+    async with engine("llama-server", up, gguf_info, model_path) as eng:
         events = await run(eng, [1, 4093], temperature=0.0, logprobs=2)
         first = events[0]
         assert (first.token_id, first.logprob) == (504, pytest.approx(-0.6410474181175232))
@@ -387,15 +380,50 @@ async def test_llama_server_logprobs_and_errors(tok, gguf_info, model_path) -> N
             with pytest.raises(UnsupportedParameterError) as info:
                 await run(eng, [1, 4093], **bad)
             assert info.value.param == param
-    finally:
-        await eng.aclose()
     up = Upstream(tok, llama_routes(lambda r: captured("err_prompt_exceeds_ctx_2100")))
-    eng = engine("llama-server", up, gguf_info, model_path)
-    await eng.start()
-    try:
+    async with engine("llama-server", up, gguf_info, model_path) as eng:
         with pytest.raises(ContextLengthExceededError):
             await run(eng, [1, 4093])
         with pytest.raises(InvalidRequestError):  # never sent: longer than the slot
             await run(eng, [504] * 2048)
-    finally:
-        await eng.aclose()
+
+
+async def test_replicas_must_serve_the_same_model(tok, gguf_info, model_path) -> None:  # type: ignore[no-untyped-def]
+    """One with a shorter context refuses the start; one that comes up later is kept out."""
+    from tokenwire.engines.base import EngineStartError
+    from tokenwire.engines.vllm import VllmEngine
+
+    small = shape("vllm", "v1_models_response")
+    small["data"][0]["max_model_len"] = 4096
+    big_routes = vllm_routes(lambda b: sse(shape("vllm", "generate_stream_final_chunk_v034")))
+    small_routes = {**big_routes, ("GET", "/v1/models"): lambda b: reply(200, small)}
+    big, little = Upstream(tok, big_routes), Upstream(tok, small_routes)
+    late = _free_port()
+
+    def gateway(urls: list[str]) -> VllmEngine:
+        settings = Settings(engine="vllm", upstream=urls, tokenizer=model_path,  # type: ignore[arg-type]
+                            health_interval=0.1, upstream_start_timeout=5)
+        return VllmEngine(EngineSpec(settings, gguf_info, frozenset({2, 32000})))
+
+    with big.serving(), little.serving():
+        eng = gateway([big.url, little.url])
+        try:
+            with pytest.raises(EngineStartError, match="4096"):
+                await eng.start()
+        finally:
+            await eng.aclose()
+        eng = gateway([big.url, f"http://127.0.0.1:{late}"])
+        try:
+            await eng.start()  # the second is not up yet
+            with Upstream(tok, small_routes).serving(port=late):
+                for _ in range(50):
+                    await asyncio.sleep(0.1)
+                    reason = eng.health().replicas[1].reason or ""
+                    if "4096 tokens per sequence" in reason:
+                        break
+                assert "4096 tokens per sequence" in reason, reason
+                for _ in range(3):
+                    await run(eng, list(range(1, 40)))
+                assert [r.served for r in eng.health().replicas] == [3, 0]
+        finally:
+            await eng.aclose()

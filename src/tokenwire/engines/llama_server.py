@@ -24,12 +24,17 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
-import httpx
-
 from ..errors import ContextLengthExceededError, TokenwireError, UnsupportedParameterError
 from .base import EngineEvent, EngineInfo, FinishEvent, SamplingParams, TokenEvent
 from .registry import EngineSpec
-from .upstream import ChunkDecoder, Replica, UpstreamEngine, UpstreamInfo, upstream_error
+from .upstream import (
+    ChunkDecoder,
+    Replica,
+    UpstreamEngine,
+    UpstreamInfo,
+    UpstreamStatusError,
+    upstream_error,
+)
 
 __all__ = ["LlamaServerEngine"]
 
@@ -65,8 +70,8 @@ class _Decoder(ChunkDecoder):
 class LlamaServerEngine(UpstreamEngine):
     name = "llama-server"
 
-    def __init__(self, spec: EngineSpec, *, transport: httpx.AsyncBaseTransport | None = None):
-        super().__init__(spec, transport=transport)
+    def __init__(self, spec: EngineSpec):
+        super().__init__(spec)
         self._tokenize_slots = asyncio.Semaphore(16)
 
     async def describe(self, replica: Replica) -> UpstreamInfo:
@@ -88,10 +93,11 @@ class LlamaServerEngine(UpstreamEngine):
     async def tokenize(self, replica: Replica, texts: Sequence[str]) -> list[list[int]] | None:
         async def one(text: str) -> list[int]:
             async with self._tokenize_slots:
-                r = await self.http.post(replica.url + "/tokenize", json={
+                status, body = await self.call(replica, "POST", "/tokenize", {
                     "content": text, "add_special": False, "parse_special": True})
-            r.raise_for_status()
-            return list(r.json()["tokens"])
+            if status != 200:
+                raise UpstreamStatusError(status, replica.url + "/tokenize")
+            return list(body["tokens"])
 
         return list(await asyncio.gather(*(one(t) for t in texts)))
 

@@ -17,8 +17,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Literal
 
-import httpx
-
 from ..errors import UnsupportedParameterError
 from ..tokenizers.reencode import IncrementalEncoder
 from .base import EngineEvent, EngineInfo, FinishEvent, SamplingParams, TokenEvent
@@ -60,8 +58,8 @@ class OpenAITextEngine(UpstreamEngine):
     name = "openai"
     health_path = "/v1/models"
 
-    def __init__(self, spec: EngineSpec, *, transport: httpx.AsyncBaseTransport | None = None):
-        super().__init__(spec, transport=transport)
+    def __init__(self, spec: EngineSpec):
+        super().__init__(spec)
         self._tok = spec.source.tokenizer
 
     async def describe(self, replica: Replica) -> UpstreamInfo:

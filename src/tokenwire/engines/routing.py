@@ -4,9 +4,10 @@ Two rules, then a guard:
 - a prompt that extends a prompt served before (the next turn of a conversation: the last
   prompt, the sampled ids, the new message) goes where that one went. The ids are exact, so
   "extends" is an exact test, which a text-keyed router cannot make (text re-tokenizes);
-- any other prompt goes to the replica chosen by rendezvous hashing of its leading `lead` ids:
-  the same choice on every gateway (they share no state), stable when a replica leaves (only
-  its prompts move), and requests sharing a long system prompt land together;
+- any other prompt goes to the replica chosen by rendezvous hashing of its leading `lead` ids
+  (all of it, when shorter): the same choice on every gateway (they share no state), stable
+  when a replica leaves (only its prompts move), and requests sharing a system prompt longer
+  than `lead` land together, where its KV is;
 - when that replica is much busier than the least busy one, the least busy takes the request,
   as SGLang's cache-aware router does: affinity must not pile a workload onto one replica.
 
@@ -75,9 +76,9 @@ class PrefixRouter:
             return []
         data = _bytes(prompt)
         digests = _block_digests(data, self._block)
-        if digests:
-            key = digests[min(self._lead_blocks, len(digests)) - 1]
-        else:  # shorter than a block: the whole prompt is the key
+        if len(digests) >= self._lead_blocks:
+            key = digests[self._lead_blocks - 1]
+        else:  # shorter than the lead: all of it (a short shared start must not group them)
             key = _hash(data)
         ranked = [i for i in _rendezvous(key, self._n) if healthy[i]]
         first = self._continued(data, digests, healthy)

@@ -22,8 +22,6 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
-import httpx
-
 from ..errors import InvalidRequestError, ServiceUnavailableError, UnsupportedParameterError
 from .base import EngineEvent, FinishEvent, PromptLogprobsEvent, SamplingParams, TokenEvent
 from .registry import EngineSpec
@@ -100,8 +98,8 @@ class _Decoder(ChunkDecoder):
 class SGLangEngine(UpstreamEngine):
     name = "sglang"
 
-    def __init__(self, spec: EngineSpec, *, transport: httpx.AsyncBaseTransport | None = None):
-        super().__init__(spec, transport=transport)
+    def __init__(self, spec: EngineSpec):
+        super().__init__(spec)
         self._tokenize_slots = asyncio.Semaphore(32)
 
     async def describe(self, replica: Replica) -> UpstreamInfo:
@@ -114,9 +112,8 @@ class SGLangEngine(UpstreamEngine):
         length = card.get("max_model_len")
         if not isinstance(length, int):
             raise ValueError("its /v1/models card has no max_model_len")
-        try:
-            info = await self.get_json(replica, "/server_info")
-        except httpx.HTTPStatusError:
+        status, info = await self.call(replica, "GET", "/server_info")
+        if status != 200 or not isinstance(info, dict):
             info = {}
         mode = _DETERMINISTIC if info.get("enable_deterministic_inference") else ""
         return UpstreamInfo(model=str(card["id"]), max_model_len=length, mode=mode)
@@ -124,9 +121,9 @@ class SGLangEngine(UpstreamEngine):
     async def tokenize(self, replica: Replica, texts: Sequence[str]) -> list[list[int]] | None:
         async def one(text: str) -> list[int] | None:
             async with self._tokenize_slots:
-                r = await self.http.post(replica.url + "/tokenize", json={
+                status, body = await self.call(replica, "POST", "/tokenize", {
                     "model": self.model_name, "prompt": text, "add_special_tokens": False})
-            return list(r.json()["tokens"]) if r.status_code == 200 else None
+            return list(body["tokens"]) if status == 200 else None
 
         got = await asyncio.gather(*(one(t) for t in texts))
         if any(g is None for g in got):

@@ -16,6 +16,9 @@ spells a request, a chunk and an error (`UpstreamProtocol`); this module does th
   down at once and comes back when its health check passes (a new replica is verified first).
 
 Transport errors become `ServiceUnavailableError` here, at the boundary (`raise ... from`).
+The transport is aiohttp: one event per sampled token makes per-read cost the gateway's cost,
+and aiohttp's C parser reads an event in about half the CPU httpx's pure-Python stack takes
+(measured on loopback in bench/gateway.py's setting; docs/engines.md).
 """
 
 from __future__ import annotations
@@ -26,12 +29,12 @@ import json
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
+import aiohttp
 
 from ..config import default_model_name
 from ..errors import (
@@ -57,7 +60,11 @@ from .base import (
 from .registry import EngineSpec
 from .routing import PrefixRouter
 
-__all__ = ["ChunkDecoder", "Replica", "UpstreamEngine", "UpstreamInfo", "upstream_error"]
+__all__ = ["ChunkDecoder", "Replica", "UpstreamEngine", "UpstreamInfo", "UpstreamStatusError",
+           "upstream_error"]
+
+TRANSPORT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError)
+"""What a request to an upstream raises when the upstream is not there to answer."""
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +104,14 @@ class Replica:
                              in_flight=self.in_flight, served=self.served)
 
 
+class UpstreamStatusError(Exception):
+    """A helper request (not a generation) got a status other than 200."""
+
+    def __init__(self, status: int, url: str):
+        super().__init__(f"{url} answered {status}")
+        self.status = status
+
+
 class _Failover(Exception):
     """This replica cannot take the request now; the next one may."""
 
@@ -118,11 +133,12 @@ class ChunkDecoder:
         return []
 
 
-def _json(data: bytes) -> Any:
+def _json(data: bytes | str) -> Any:
     try:
         return json.loads(data)
     except ValueError:
-        return {"error": {"message": data.decode("utf-8", "replace")[:500]}}
+        text = data if isinstance(data, str) else data.decode("utf-8", "replace")
+        return {"error": {"message": text[:500]}}
 
 
 def upstream_error(status: int, body: Any, url: str) -> TokenwireError:
@@ -153,15 +169,14 @@ class _Stream:
     """The events of one upstream response; closing it closes the response (the upstream
     cancels the request) and releases the replica."""
 
-    def __init__(self, engine: UpstreamEngine, replica: Replica, response: httpx.Response,
-                 decoder: ChunkDecoder):
+    def __init__(self, engine: UpstreamEngine, replica: Replica,
+                 response: aiohttp.ClientResponse, decoder: ChunkDecoder):
         self._engine = engine
         self._replica = replica
         self._response = response
-        self._lines: AsyncIterator[str] = response.aiter_lines()
         # a whole JSON body instead of events (vLLM before 0.20, or scoring, which vLLM only
         # returns unstreamed): one chunk with everything
-        self._whole = response.headers.get("content-type", "").startswith("application/json")
+        self._whole = response.content_type == "application/json"
         self._decoder = decoder
         self._pending: deque[EngineEvent] = deque()
         self._finished = False
@@ -186,10 +201,11 @@ class _Stream:
         """Read until the decoder has events: raises a typed error on an in-band error, on a
         broken connection, or on a stream that ends unfinished."""
         url = self._replica.url
+        content = self._response.content
         try:
             if self._whole:
                 self._whole = False
-                body = _json(await self._response.aread())
+                body = _json(await self._response.read())
                 if not isinstance(body, dict) or "error" in body:
                     raise self._engine.protocol_error(200, body, url)
                 self._pending.extend(self._decoder.feed(body))
@@ -198,22 +214,22 @@ class _Stream:
                     raise ServiceUnavailableError(f"upstream {url} sent an unfinished response")
                 return
             while not self._pending:
-                line = await anext(self._lines, None)
-                if line is None or line.strip() == "data: [DONE]":
+                line = await content.readline()
+                if not line or line.startswith(b"data: [DONE]"):
                     self._pending.extend(self._decoder.end())
                     if not self._pending:
                         raise ServiceUnavailableError(
                             f"upstream {url} ended the stream before the output was finished")
                     break
-                if not line.startswith("data:"):
+                if not line.startswith(b"data:"):
                     continue  # blank separators, comments, event names
-                chunk = _json(line[5:].strip().encode())
+                chunk = _json(line[5:])
                 if not isinstance(chunk, dict):
                     raise ServiceUnavailableError(f"upstream {url} sent a malformed chunk")
                 if "error" in chunk:
                     raise self._engine.protocol_error(200, chunk, url)
                 self._pending.extend(self._decoder.feed(chunk))
-        except httpx.HTTPError as exc:
+        except TRANSPORT_ERRORS as exc:
             self._replica.down(f"the connection broke mid-stream: {exc!r}")
             await self.aclose()
             raise ServiceUnavailableError(
@@ -235,7 +251,10 @@ class _Stream:
             return
         self._closed = True
         self._replica.in_flight -= 1
-        await self._response.aclose()
+        if self._finished and self._response.content.at_eof():
+            self._response.release()  # read to the end: the connection is reused
+        else:
+            self._response.close()  # mid-stream: closing it is how the upstream learns
 
 
 class UpstreamEngine:
@@ -244,10 +263,8 @@ class UpstreamEngine:
     name = "upstream"
     health_path = "/health"
 
-    def __init__(self, spec: EngineSpec, *, transport: httpx.AsyncBaseTransport | None = None):
-        """`transport`: httpx's, for tests that answer with recorded upstream responses."""
+    def __init__(self, spec: EngineSpec):
         s = spec.settings
-        self._transport = transport
         self._spec = spec
         self._settings = s
         self._replicas = [Replica(u.rstrip("/")) for u in s.upstream]
@@ -256,7 +273,7 @@ class UpstreamEngine:
         self._info: EngineInfo | None = None
         self._model: str | None = s.upstream_model
         """The model name the upstream serves (sent in requests that need one)."""
-        self._http: httpx.AsyncClient | None = None
+        self._http: aiohttp.ClientSession | None = None
         self._watcher: asyncio.Task[None] | None = None
 
     # -- what a protocol module provides -----------------------------------------------------
@@ -287,7 +304,7 @@ class UpstreamEngine:
     # -- helpers for protocol modules --------------------------------------------------------
 
     @property
-    def http(self) -> httpx.AsyncClient:
+    def http(self) -> aiohttp.ClientSession:
         if self._http is None:
             raise ServiceUnavailableError("the engine has not been started")
         return self._http
@@ -296,15 +313,21 @@ class UpstreamEngine:
     def model_name(self) -> str | None:
         return self._model
 
-    async def get_json(self, replica: Replica, path: str) -> Any:
-        r = await self.http.get(replica.url + path)
-        r.raise_for_status()
-        return r.json()
+    async def call(self, replica: Replica, method: str, path: str, body: Any = None,
+                   ) -> tuple[int, Any]:
+        """One request with a JSON answer: (status, the parsed body, or None)."""
+        async with self.http.request(method, replica.url + path, json=body) as r:
+            data = await r.read()
+        try:
+            return r.status, json.loads(data) if data else None
+        except ValueError:
+            return r.status, None
 
-    async def post_json(self, replica: Replica, path: str, body: dict[str, Any]) -> Any:
-        r = await self.http.post(replica.url + path, json=body)
-        r.raise_for_status()
-        return r.json()
+    async def get_json(self, replica: Replica, path: str) -> Any:
+        status, data = await self.call(replica, "GET", path)
+        if status != 200:
+            raise UpstreamStatusError(status, replica.url + path)
+        return data
 
     # -- Engine -------------------------------------------------------------------------------
 
@@ -348,10 +371,11 @@ class UpstreamEngine:
             return
         s = self._settings
         headers = {"Authorization": f"Bearer {s.upstream_api_key}"} if s.upstream_api_key else {}
-        self._http = httpx.AsyncClient(
-            headers=headers, transport=self._transport,
-            timeout=httpx.Timeout(s.upstream_read_timeout, connect=s.upstream_connect_timeout),
-            limits=httpx.Limits(max_connections=4096, max_keepalive_connections=256))
+        self._http = aiohttp.ClientSession(
+            headers=headers, raise_for_status=False,
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=s.upstream_connect_timeout,
+                                          sock_read=s.upstream_read_timeout),
+            connector=aiohttp.TCPConnector(limit=0, limit_per_host=0))
         deadline = time.monotonic() + s.upstream_start_timeout
         while True:
             await asyncio.gather(*(self._check(r) for r in self._replicas))
@@ -363,6 +387,12 @@ class UpstreamEngine:
                 raise EngineStartError(f"no {self.name} upstream answered within "
                                        f"{s.upstream_start_timeout:g} s ({reasons})")
             await asyncio.sleep(min(1.0, s.health_interval))
+        served = {(r.info.model, r.info.max_model_len) for r in verified if r.info is not None}
+        if len(served) > 1:
+            raise EngineStartError("the upstream replicas serve different models: " + "; ".join(
+                f"{r.url}: {r.info.model!r}, {r.info.max_model_len} tokens per sequence"
+                for r in verified if r.info is not None))
+        self._info = self.engine_info(verified[0].info)  # type: ignore[arg-type]
         self._watcher = asyncio.create_task(self._watch(), name=f"{self.name}-health")
 
     async def aclose(self) -> None:
@@ -372,7 +402,7 @@ class UpstreamEngine:
                 await self._watcher
             self._watcher = None
         if self._http is not None:
-            await self._http.aclose()
+            await self._http.close()
             self._http = None
 
     # -- health and verification --------------------------------------------------------------
@@ -387,21 +417,24 @@ class UpstreamEngine:
         if r.refused is not None:
             return
         try:
-            resp = await self.http.get(r.url + self.health_path,
-                                       timeout=min(5.0, self._settings.upstream_connect_timeout))
-        except httpx.HTTPError as exc:
+            async with self.http.get(r.url + self.health_path, timeout=aiohttp.ClientTimeout(
+                    total=min(5.0, self._settings.upstream_connect_timeout))) as resp:
+                await resp.read()
+                status = resp.status
+        except TRANSPORT_ERRORS as exc:
             r.down(f"health check failed: {exc!r}")
             return
-        if resp.status_code != 200:
-            r.down(f"health check answered {resp.status_code}")
+        if status != 200:
+            r.down(f"health check answered {status}")
             return
         if r.info is None:
             try:
                 await self._verify(r)
-            except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
+            except (*TRANSPORT_ERRORS, UpstreamStatusError, ValueError, KeyError,
+                    TypeError) as exc:
                 r.down(f"could not be verified: {exc!r}")
                 return
-            except TokenizerParityError as exc:
+            except (TokenizerParityError, EngineStartError) as exc:
                 r.refused = str(exc)
                 r.down(r.refused)
                 if self._info is None:
@@ -416,11 +449,12 @@ class UpstreamEngine:
         info = await self.describe(r)
         if self._model is None:
             self._model = info.model
-        known = self._info
-        if known is not None and info.max_model_len < known.max_model_len:
-            raise TokenizerParityError(
-                f"upstream {r.url} holds {info.max_model_len} tokens per sequence, fewer than "
-                f"the {known.max_model_len} the other replicas hold")
+        first = next((x.info for x in self._replicas if x.info is not None), None)
+        if first is not None and (info.model, info.max_model_len) != (first.model,
+                                                                       first.max_model_len):
+            raise EngineStartError(  # kept out, as a replica with another tokenizer is
+                f"upstream {r.url} serves {info.model!r} with {info.max_model_len} tokens per "
+                f"sequence; the others serve {first.model!r} with {first.max_model_len}")
         if self._settings.check_upstream_tokenizer:
             tok = self._spec.source.tokenizer
 
@@ -436,8 +470,6 @@ class UpstreamEngine:
             if miss is not None:
                 raise TokenizerParityError(miss.describe(f"upstream {r.url}"))
         r.info = info
-        if self._info is None:
-            self._info = self.engine_info(info)
         log.info("upstream %s verified: model %r, %d tokens per sequence%s", r.url, info.model,
                  info.max_model_len, f", {info.mode}" if info.mode else "")
 
@@ -477,20 +509,19 @@ class UpstreamEngine:
 
     async def _open(self, r: Replica, prompt: Sequence[int], params: SamplingParams) -> _Stream:
         path, body = self.request(r, prompt, params)
-        req = self.http.build_request("POST", r.url + path, json=body)
         try:
-            resp = await self.http.send(req, stream=True)
-        except httpx.HTTPError as exc:
+            resp = await self.http.post(r.url + path, json=body)
+        except TRANSPORT_ERRORS as exc:
             r.down(f"request failed: {exc!r}")
             raise _Failover(f"{r.url}: {exc!r}") from exc
-        if resp.status_code != 200:
+        if resp.status != 200:
             try:
-                data = await resp.aread()
-            except httpx.HTTPError:
+                data = await resp.read()
+            except TRANSPORT_ERRORS:
                 data = b""
             finally:
-                await resp.aclose()
-            status = resp.status_code
+                resp.release()
+            status = resp.status
             if status in (429, 503):  # busy (vLLM's admission control sends 503): try another
                 why = str(self.protocol_error(status, _json(data), r.url))
                 raise _Failover(why, rate_limited=status == 429)

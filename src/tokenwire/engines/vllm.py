@@ -26,8 +26,6 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
-import httpx
-
 from ..errors import ServiceUnavailableError
 from .base import EngineEvent, FinishEvent, PromptLogprobsEvent, SamplingParams, TokenEvent
 from .registry import EngineSpec
@@ -128,8 +126,8 @@ class _Decoder(ChunkDecoder):
 class VllmEngine(UpstreamEngine):
     name = "vllm"
 
-    def __init__(self, spec: EngineSpec, *, transport: httpx.AsyncBaseTransport | None = None):
-        super().__init__(spec, transport=transport)
+    def __init__(self, spec: EngineSpec):
+        super().__init__(spec)
         self._tokenize_slots = asyncio.Semaphore(32)
 
     async def describe(self, replica: Replica) -> UpstreamInfo:
@@ -143,18 +141,18 @@ class VllmEngine(UpstreamEngine):
         length = card.get("max_model_len")
         if not isinstance(length, int):
             raise ValueError("its /v1/models card has no max_model_len")
-        probe = await self.http.post(replica.url + GENERATE, json={})
-        if probe.status_code == 401:
+        status, _ = await self.call(replica, "POST", GENERATE, {})
+        if status == 401:
             raise ValueError("it refused our credentials (set --upstream-api-key)")
-        api = GENERATE if probe.status_code in (400, 422) else COMPLETIONS
+        api = GENERATE if status in (400, 422) else COMPLETIONS
         return UpstreamInfo(model=str(card["id"]), max_model_len=length, mode=api)
 
     async def tokenize(self, replica: Replica, texts: Sequence[str]) -> list[list[int]] | None:
         async def one(text: str) -> list[int] | None:
             async with self._tokenize_slots:
-                r = await self.http.post(replica.url + "/tokenize", json={
+                status, body = await self.call(replica, "POST", "/tokenize", {
                     "model": self.model_name, "prompt": text, "add_special_tokens": False})
-            return list(r.json()["tokens"]) if r.status_code == 200 else None
+            return list(body["tokens"]) if status == 200 else None
 
         got = await asyncio.gather(*(one(t) for t in texts))
         if any(g is None for g in got):
