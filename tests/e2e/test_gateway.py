@@ -119,7 +119,13 @@ def test_a_dead_replica_fails_its_stream_and_the_other_goes_on(two: list[Upstrea
                         if len(results[r]) == 3:
                             started[r].set()
 
+        whole: list[httpx.Response] = []
+
+        def unstreamed() -> None:  # nothing is sent before it is done: it may run again
+            whole.append(chat(http, homes[0], max_tokens=400))
+
         threads = [threading.Thread(target=stream, args=(r,)) for r in (0, 1)]
+        threads.append(threading.Thread(target=unstreamed))
         for t in threads:
             t.start()
         for e in started:
@@ -127,6 +133,9 @@ def test_a_dead_replica_fails_its_stream_and_the_other_goes_on(two: list[Upstrea
         two[0].kill()  # mid-stream, SIGKILL
         for t in threads:
             t.join(120)
+        [survived] = whole
+        assert survived.status_code == 200, survived.text
+        assert survived.json()["choices"][0]["finish_reason"] in ("stop", "length")
         dead, alive = results[0], results[1]
         assert dead[-1] == {"done": True}
         assert dead[-2]["error"]["code"] == "engine_unavailable"  # in-band, then [DONE]

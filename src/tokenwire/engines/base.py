@@ -124,6 +124,7 @@ class EngineInfo:
 @dataclass(frozen=True)
 class ReplicaHealth:
     url: str
+    name: str
     healthy: bool
     reason: str | None = None
     """Why it is not serving (the last failure), when it is not."""

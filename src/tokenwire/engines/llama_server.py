@@ -101,12 +101,12 @@ class LlamaServerEngine(UpstreamEngine):
 
         return list(await asyncio.gather(*(one(t) for t in texts)))
 
-    def protocol_error(self, status: int, body: Any, url: str) -> TokenwireError:
+    def protocol_error(self, status: int, body: Any, where: str) -> TokenwireError:
         err = body.get("error") if isinstance(body, dict) else None
         if isinstance(err, dict) and err.get("type") == "exceed_context_size_error":
-            return ContextLengthExceededError(f"upstream {url}: {err.get('message')}",
+            return ContextLengthExceededError(f"upstream {where}: {err.get('message')}",
                                               param="prompt")
-        return upstream_error(status, body, url)
+        return upstream_error(status, body, where)
 
     def request(self, replica: Replica, prompt: Sequence[int],
                 params: SamplingParams) -> tuple[str, dict[str, Any]]:

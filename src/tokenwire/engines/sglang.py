@@ -130,11 +130,11 @@ class SGLangEngine(UpstreamEngine):
             return None  # no tokenize endpoint (before PR #9545) or --skip-tokenizer-init
         return [g for g in got if g is not None]
 
-    def protocol_error(self, status: int, body: Any, url: str):  # type: ignore[no-untyped-def]
+    def protocol_error(self, status: int, body: Any, where: str):  # type: ignore[no-untyped-def]
         # SGLang's pydantic failures are flat: {"object": "error", "message", "code", ...}
         if isinstance(body, dict) and "error" not in body and "message" in body:
             body = {"error": body}
-        return super().protocol_error(status, body, url)
+        return super().protocol_error(status, body, where)
 
     def request(self, replica: Replica, prompt: Sequence[int],
                 params: SamplingParams) -> tuple[str, dict[str, Any]]:

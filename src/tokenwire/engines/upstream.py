@@ -83,6 +83,8 @@ class UpstreamInfo:
 @dataclass(eq=False)
 class Replica:
     url: str
+    name: str
+    """How clients hear of it ("replica 2"): error messages do not show internal addresses."""
     healthy: bool = False
     reason: str | None = "not checked yet"
     info: UpstreamInfo | None = None
@@ -94,12 +96,12 @@ class Replica:
 
     def down(self, reason: str) -> None:
         if self.healthy:
-            log.warning("upstream %s is down: %s", self.url, reason)
+            log.warning("upstream %s (%s) is down: %s", self.url, self.name, reason)
         self.healthy = False
         self.reason = reason
 
     def snapshot(self) -> ReplicaHealth:
-        return ReplicaHealth(url=self.url, healthy=self.healthy,
+        return ReplicaHealth(url=self.url, name=self.name, healthy=self.healthy,
                              reason=None if self.healthy else (self.refused or self.reason),
                              in_flight=self.in_flight, served=self.served)
 
@@ -141,7 +143,7 @@ def _json(data: bytes | str) -> Any:
         return {"error": {"message": text[:500]}}
 
 
-def upstream_error(status: int, body: Any, url: str) -> TokenwireError:
+def upstream_error(status: int, body: Any, where: str) -> TokenwireError:
     """An upstream's error body in our tree. A tokenwire upstream's code names our own class;
     otherwise the status does (for an in-band error, the numeric `code` vLLM puts in the body):
     5xx -> 503 engine_unavailable, 429 -> 429, any other -> 400 `upstream_rejected`, with the
@@ -150,7 +152,7 @@ def upstream_error(status: int, body: Any, url: str) -> TokenwireError:
     if not isinstance(err, dict):
         err = {"message": str(err if err is not None else body)}
     code, param = err.get("code"), err.get("param")
-    message = f"upstream {url}: {err.get('message', '')}"
+    message = f"upstream {where}: {err.get('message', '')}"
     if status == 200:  # in-band
         status = code if isinstance(code, int) and not isinstance(code, bool) else 500
     if isinstance(code, str) and code in KNOWN_CODES:
@@ -200,18 +202,18 @@ class _Stream:
     async def _fill(self) -> None:
         """Read until the decoder has events: raises a typed error on an in-band error, on a
         broken connection, or on a stream that ends unfinished."""
-        url = self._replica.url
+        name = self._replica.name
         content = self._response.content
         try:
             if self._whole:
                 self._whole = False
                 body = _json(await self._response.read())
                 if not isinstance(body, dict) or "error" in body:
-                    raise self._engine.protocol_error(200, body, url)
+                    raise self._engine.protocol_error(200, body, name)
                 self._pending.extend(self._decoder.feed(body))
                 self._pending.extend(self._decoder.end())
                 if not self._pending or not isinstance(self._pending[-1], FinishEvent):
-                    raise ServiceUnavailableError(f"upstream {url} sent an unfinished response")
+                    raise ServiceUnavailableError(f"upstream {name} sent an unfinished response")
                 return
             while not self._pending:
                 line = await content.readline()
@@ -219,21 +221,21 @@ class _Stream:
                     self._pending.extend(self._decoder.end())
                     if not self._pending:
                         raise ServiceUnavailableError(
-                            f"upstream {url} ended the stream before the output was finished")
+                            f"upstream {name} ended the stream before the output was finished")
                     break
                 if not line.startswith(b"data:"):
                     continue  # blank separators, comments, event names
                 chunk = _json(line[5:])
                 if not isinstance(chunk, dict):
-                    raise ServiceUnavailableError(f"upstream {url} sent a malformed chunk")
+                    raise ServiceUnavailableError(f"upstream {name} sent a malformed chunk")
                 if "error" in chunk:
-                    raise self._engine.protocol_error(200, chunk, url)
+                    raise self._engine.protocol_error(200, chunk, name)
                 self._pending.extend(self._decoder.feed(chunk))
         except TRANSPORT_ERRORS as exc:
             self._replica.down(f"the connection broke mid-stream: {exc!r}")
             await self.aclose()
             raise ServiceUnavailableError(
-                f"upstream {url} went away in the middle of the response") from exc
+                f"upstream {name} went away in the middle of the response") from exc
         except BaseException:
             await self.aclose()
             raise
@@ -267,7 +269,8 @@ class UpstreamEngine:
         s = spec.settings
         self._spec = spec
         self._settings = s
-        self._replicas = [Replica(u.rstrip("/")) for u in s.upstream]
+        self._replicas = [Replica(u.rstrip("/"), f"replica {i}")
+                          for i, u in enumerate(s.upstream, start=1)]
         self._router = PrefixRouter(len(self._replicas), block=s.route_block_tokens,
                                     lead=s.route_prefix_tokens)
         self._info: EngineInfo | None = None
@@ -297,9 +300,10 @@ class UpstreamEngine:
         """A fresh decoder for one response of `replica` to `request(...)`."""
         raise NotImplementedError
 
-    def protocol_error(self, status: int, body: Any, url: str) -> TokenwireError:
-        """An error body (a 4xx, or an in-band error in a stream) in our tree."""
-        return upstream_error(status, body, url)
+    def protocol_error(self, status: int, body: Any, where: str) -> TokenwireError:
+        """An error body (a 4xx, or an in-band error in a stream) from replica `where`, in our
+        tree."""
+        return upstream_error(status, body, where)
 
     # -- helpers for protocol modules --------------------------------------------------------
 
@@ -353,7 +357,7 @@ class UpstreamEngine:
         reps = tuple(r.snapshot() for r in self._replicas)
         ok = any(r.healthy for r in self._replicas)
         reason = None if ok else "no upstream replica can serve: " + "; ".join(
-            f"{r.url}: {r.reason}" for r in reps)
+            f"{r.name} ({r.url}): {r.reason}" for r in reps)
         return EngineHealth(ok=ok, reason=reason, replicas=reps)
 
     def engine_info(self, first: UpstreamInfo) -> EngineInfo:
@@ -504,7 +508,7 @@ class UpstreamEngine:
         if failures and all(f.rate_limited for f in failures):
             raise RateLimitError("every upstream replica is at capacity: " +
                                  "; ".join(str(f) for f in failures))
-        why = "; ".join(str(f) for f in failures) or self.health().reason or "none is up"
+        why = "; ".join(str(f) for f in failures) or "none is up"
         raise ServiceUnavailableError(f"no upstream replica can serve this request: {why}")
 
     async def _open(self, r: Replica, prompt: Sequence[int], params: SamplingParams) -> _Stream:
@@ -513,7 +517,7 @@ class UpstreamEngine:
             resp = await self.http.post(r.url + path, json=body)
         except TRANSPORT_ERRORS as exc:
             r.down(f"request failed: {exc!r}")
-            raise _Failover(f"{r.url}: {exc!r}") from exc
+            raise _Failover(f"{r.name}: unreachable") from exc
         if resp.status != 200:
             try:
                 data = await resp.read()
@@ -523,13 +527,13 @@ class UpstreamEngine:
                 resp.release()
             status = resp.status
             if status in (429, 503):  # busy (vLLM's admission control sends 503): try another
-                why = str(self.protocol_error(status, _json(data), r.url))
+                why = str(self.protocol_error(status, _json(data), r.name))
                 raise _Failover(why, rate_limited=status == 429)
             if status >= 500 or status in (401, 403, 404):
                 # the replica is broken or misconfigured for us, not the request bad
                 r.down(f"answered {status}: {data[:200]!r}")
-                raise _Failover(f"{r.url}: answered {status}")
-            raise self.protocol_error(status, _json(data), r.url)
+                raise _Failover(f"{r.name}: answered {status}")
+            raise self.protocol_error(status, _json(data), r.name)
         stream = _Stream(self, r, resp, self.decoder(r, prompt, params))
         await stream.prime()
         return stream

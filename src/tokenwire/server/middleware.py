@@ -39,11 +39,16 @@ class ApiKeyAuth:
         return found
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not self._keys or scope["path"] in OPEN_PATHS:
+        if scope["type"] != "http" or not self._keys:
             await self.app(scope, receive, send)
             return
         header = dict(scope["headers"]).get(b"authorization", b"")
         key = self._match(header)
+        if scope["path"] in OPEN_PATHS:  # open, but a valid key still says who is asking
+            if key is not None:
+                scope.setdefault("state", {})[API_KEY_STATE] = key.decode()
+            await self.app(scope, receive, send)
+            return
         if key is None:
             msg = ("Missing API key: send Authorization: Bearer <key>" if not header
                    else "Incorrect API key provided")

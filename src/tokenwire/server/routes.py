@@ -155,12 +155,15 @@ async def tokenizer_artifact(request: Request) -> Response:
 
 
 async def health(request: Request) -> Response:
-    """200 while every model can serve; 503 with the reason when one cannot (no replica up)."""
+    """200 while every model can serve; 503 when one cannot (no replica up). It needs no key;
+    the details (replicas' addresses, the reasons) go only to a caller with a valid key, when
+    keys are set."""
     models: ModelRegistry = request.app.state.models
     report = {m.id: m.engine.health() for m in models.all()}
     ok = bool(report) and all(h.ok for h in report.values())
+    trusted = not request.app.state.settings.api_keys or _caller(request).api_key is not None
     detail = {name: dataclasses.asdict(h) for name, h in report.items()
-              if h.replicas or not h.ok}
+              if trusted and (h.replicas or not h.ok)}
     body = {"status": "ok" if ok else "unavailable", **({"models": detail} if detail else {})}
     return JSONResponse(body, status_code=200 if ok else 503)
 

@@ -25,7 +25,7 @@ from ..protocol.chat import (
 )
 from ..protocol.common import Usage
 from .checks import check_generation_request
-from .generation import ChoiceUpdate, collect, run_choices
+from .generation import ChoiceUpdate, run_choices
 from .logprobs import chat_logprobs
 from .messages import check_messages, message_id_spans, message_texts, render_messages
 from .plan import GenerationService, Plan, check_engine_features
@@ -93,8 +93,7 @@ class ChatService(GenerationService):
 
     async def create(self, req: ChatCompletionRequest) -> ChatCompletion:
         plan = self.plan(req)
-        updates = await self._start(plan)
-        acc = await collect(updates, req.n)
+        acc = await self._whole(lambda: self._start(plan), req.n)
         tok = plan.model.tokenizer
         choices = []
         for i, a in enumerate(acc):

@@ -27,7 +27,7 @@ from ..protocol.completions import (
     CompletionRequest,
 )
 from .checks import check_generation_request
-from .generation import ChoiceUpdate, collect, run_choices
+from .generation import ChoiceUpdate, run_choices
 from .logprobs import LegacyLogprobs
 from .plan import ANONYMOUS, Caller, GenerationService, Plan, check_engine_features
 from .sampling import choice_params, completion_budget
@@ -139,8 +139,7 @@ class CompletionService(GenerationService):
 
     async def create(self, req: CompletionRequest, caller: Caller = ANONYMOUS) -> Completion:
         plan = self.plan(req, caller)
-        updates = await self._start(plan)
-        acc = await collect(updates, len(plan.prompts) * req.n)
+        acc = await self._whole(lambda: self._start(plan), len(plan.prompts) * req.n)
         tok = plan.model.tokenizer
         choices = []
         for c, a in enumerate(acc):

@@ -31,7 +31,7 @@ from ..protocol.generate import (
     GenerateResponse,
     GenerateStreamResponse,
 )
-from .generation import ChoiceUpdate, collect, run_choices
+from .generation import ChoiceUpdate, run_choices
 from .plan import ANONYMOUS, Caller, GenerationService, Plan, check_engine_features
 from .sampling import choice_params, completion_budget
 from .tokens import IdSpan, check_id_range, resolve_token_space
@@ -166,8 +166,7 @@ class GenerateService(GenerationService):
 
     async def create(self, req: GenerateRequest, caller: Caller = ANONYMOUS) -> GenerateResponse:
         plan = self.plan(req, caller)
-        updates = await self._start(plan)
-        acc = await collect(updates, req.sampling_params.n)
+        acc = await self._whole(lambda: self._start(plan), req.sampling_params.n)
         if any(a.finish_reason == "content_filter" for a in acc):
             raise ContentPolicyViolationError(
                 "the output was stopped by the server's content policy")

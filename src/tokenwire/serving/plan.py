@@ -3,19 +3,24 @@ the plan of a checked request (what its responses all carry)."""
 
 from __future__ import annotations
 
+import logging
 import time
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import Settings
-from ..errors import UnsupportedParameterError
+from ..errors import ServiceUnavailableError, UnsupportedParameterError
 from ..protocol.common import ResponseWarning
 from ..tokenizers.registry import TokenizerRegistry
+from .generation import ChoiceResult, ChoiceUpdate, collect
 from .guard import Guard
 from .models import ModelRegistry, ServedModel
 from .tokens import TokenSpace, resolve_token_space
 
 __all__ = ["ANONYMOUS", "Caller", "GenerationService", "Plan", "check_engine_features"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -75,7 +80,7 @@ class Plan:
 
 
 class GenerationService:
-    """Base of the chat and completions services."""
+    """Base of the generating services (chat, completions, generate)."""
 
     def __init__(self, models: ModelRegistry, tokenizers: TokenizerRegistry, settings: Settings,
                  guard: Guard):
@@ -83,6 +88,18 @@ class GenerationService:
         self._tokenizers = tokenizers
         self._settings = settings
         self._guard = guard
+
+    async def _whole(self, start: Callable[[], Awaitable[AsyncGenerator[ChoiceUpdate, None]]],
+                     n: int) -> list[ChoiceResult]:
+        """Every choice of a response sent whole. Nothing reaches the client until all are
+        done, so choices cut short by a lost upstream replica run again, once: the engine has
+        marked that replica down, and admission goes to another (a stream cannot do this)."""
+        updates = await start()
+        try:
+            return await collect(updates, n)
+        except ServiceUnavailableError as exc:
+            log.warning("engine lost the request mid-generation (%s); running it again", exc)
+        return await collect(await start(), n)
 
     def _space(self, model: ServedModel, version: str | None, fallback: str,
                carries_ids: bool) -> TokenSpace:
