@@ -15,6 +15,7 @@ from typing import Literal, Protocol, runtime_checkable
 
 __all__ = [
     "Engine",
+    "check_prompt",
     "EngineEvent",
     "EngineStartError",
     "EngineHealth",
@@ -171,3 +172,17 @@ class Engine(Protocol):
 
     async def aclose(self) -> None: ...
 
+
+
+def check_prompt(prompt: Sequence[int], info: EngineInfo) -> None:
+    """What every engine refuses itself, so one bad prompt never reaches a batch or an upstream
+    (serving checks these first, with the request's own param paths)."""
+    from ..errors import ContextLengthExceededError, InvalidRequestError, InvalidTokenIdError
+
+    if not prompt:
+        raise InvalidRequestError("the prompt is empty", param="prompt")
+    if len(prompt) >= info.max_model_len:
+        raise ContextLengthExceededError(
+            f"a prompt of {len(prompt)} tokens leaves no room in {info.max_model_len}")
+    if min(prompt) < 0 or max(prompt) >= info.vocab_size:
+        raise InvalidTokenIdError("a prompt id is outside the vocabulary")

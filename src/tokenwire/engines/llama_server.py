@@ -20,13 +20,11 @@ flash attention changes the numerics).
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from typing import Any
 
 from ..errors import ContextLengthExceededError, TokenwireError, UnsupportedParameterError
 from .base import EngineEvent, EngineInfo, FinishEvent, SamplingParams, TokenEvent
-from .registry import EngineSpec
 from .upstream import (
     ChunkDecoder,
     Replica,
@@ -70,10 +68,6 @@ class _Decoder(ChunkDecoder):
 class LlamaServerEngine(UpstreamEngine):
     name = "llama-server"
 
-    def __init__(self, spec: EngineSpec):
-        super().__init__(spec)
-        self._tokenize_slots = asyncio.Semaphore(16)
-
     async def describe(self, replica: Replica) -> UpstreamInfo:
         props = await self.get_json(replica, "/props")
         n_ctx = props.get("default_generation_settings", {}).get("n_ctx")
@@ -91,15 +85,11 @@ class LlamaServerEngine(UpstreamEngine):
                           supports_prompt_logprobs=False)
 
     async def tokenize(self, replica: Replica, texts: Sequence[str]) -> list[list[int]] | None:
-        async def one(text: str) -> list[int]:
-            async with self._tokenize_slots:
-                status, body = await self.call(replica, "POST", "/tokenize", {
-                    "content": text, "add_special": False, "parse_special": True})
-            if status != 200:
-                raise UpstreamStatusError(status, replica.url + "/tokenize")
-            return list(body["tokens"])
-
-        return list(await asyncio.gather(*(one(t) for t in texts)))
+        got = await self.tokenize_each(replica, texts, "/tokenize", lambda t: {
+            "content": t, "add_special": False, "parse_special": True})
+        if got is None:  # every llama-server has one: a failure is a failure
+            raise UpstreamStatusError(500, replica.url + "/tokenize")
+        return got
 
     def protocol_error(self, status: int, body: Any, where: str) -> TokenwireError:
         err = body.get("error") if isinstance(body, dict) else None

@@ -23,10 +23,7 @@ import numpy as np
 
 from ..config import default_model_name
 from ..errors import (
-    ContextLengthExceededError,
     EngineError,
-    InvalidRequestError,
-    InvalidTokenIdError,
     RateLimitError,
     ServiceUnavailableError,
 )
@@ -41,6 +38,7 @@ from .base import (
     PromptLogprobsEvent,
     SamplingParams,
     TokenEvent,
+    check_prompt,
 )
 
 __all__ = ["LlamaCppEngine"]
@@ -217,14 +215,7 @@ class LlamaCppEngine:
 
     async def submit(self, prompt: Sequence[int], params: SamplingParams) -> _EventStream:
         """Admit a sequence now (raising if the engine is down or its queue is full)."""
-        info = self.info
-        if not prompt:
-            raise InvalidRequestError("the prompt is empty", param="prompt")
-        if len(prompt) >= info.max_model_len:
-            raise ContextLengthExceededError(
-                f"a prompt of {len(prompt)} tokens leaves no room in {info.max_model_len}")
-        if min(prompt) < 0 or max(prompt) >= info.vocab_size:
-            raise InvalidTokenIdError("a prompt id is outside the vocabulary")
+        check_prompt(prompt, self.info)
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[EngineEvent | BaseException] = asyncio.Queue()
         seq = _Seq(prompt=list(prompt), params=params, emit=lambda ev: None)

@@ -63,11 +63,7 @@ class OpenAITextEngine(UpstreamEngine):
         self._tok = spec.source.tokenizer
 
     async def describe(self, replica: Replica) -> UpstreamInfo:
-        data = await self.get_json(replica, "/v1/models")
-        cards = data.get("data") or []
-        if not cards:
-            raise ValueError("its /v1/models lists no model")
-        card = next((c for c in cards if c.get("id") == self.model_name), cards[0])
+        card = await self.model_card(replica)
         # the context length: the upstream's word if it gives one, else the model's own files
         length = (card.get("max_model_len") or self._settings.max_model_len
                   or self._spec.source.context_length)

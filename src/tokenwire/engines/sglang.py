@@ -18,13 +18,11 @@ was checked how). SGLang's conventions, translated here and nowhere else:
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from typing import Any
 
 from ..errors import InvalidRequestError, ServiceUnavailableError, UnsupportedParameterError
 from .base import EngineEvent, FinishEvent, PromptLogprobsEvent, SamplingParams, TokenEvent
-from .registry import EngineSpec
 from .upstream import ChunkDecoder, Replica, UpstreamEngine, UpstreamInfo
 
 __all__ = ["SGLangEngine"]
@@ -98,17 +96,8 @@ class _Decoder(ChunkDecoder):
 class SGLangEngine(UpstreamEngine):
     name = "sglang"
 
-    def __init__(self, spec: EngineSpec):
-        super().__init__(spec)
-        self._tokenize_slots = asyncio.Semaphore(32)
-
     async def describe(self, replica: Replica) -> UpstreamInfo:
-        data = await self.get_json(replica, "/v1/models")
-        cards = data.get("data") or []
-        card = next((c for c in cards if c.get("id") == self.model_name), None) or \
-            (cards[0] if cards and self.model_name is None else None)
-        if card is None:
-            raise ValueError(f"it does not serve {self.model_name!r}")
+        card = await self.model_card(replica)
         length = card.get("max_model_len")
         if not isinstance(length, int):
             raise ValueError("its /v1/models card has no max_model_len")
@@ -119,16 +108,9 @@ class SGLangEngine(UpstreamEngine):
         return UpstreamInfo(model=str(card["id"]), max_model_len=length, mode=mode)
 
     async def tokenize(self, replica: Replica, texts: Sequence[str]) -> list[list[int]] | None:
-        async def one(text: str) -> list[int] | None:
-            async with self._tokenize_slots:
-                status, body = await self.call(replica, "POST", "/tokenize", {
-                    "model": self.model_name, "prompt": text, "add_special_tokens": False})
-            return list(body["tokens"]) if status == 200 else None
-
-        got = await asyncio.gather(*(one(t) for t in texts))
-        if any(g is None for g in got):
-            return None  # no tokenize endpoint (before PR #9545) or --skip-tokenizer-init
-        return [g for g in got if g is not None]
+        # None without a tokenize endpoint (before PR #9545) or with --skip-tokenizer-init
+        return await self.tokenize_each(replica, texts, "/tokenize", lambda t: {
+            "model": self.model_name, "prompt": t, "add_special_tokens": False})
 
     def protocol_error(self, status: int, body: Any, where: str):  # type: ignore[no-untyped-def]
         # SGLang's pydantic failures are flat: {"object": "error", "message", "code", ...}

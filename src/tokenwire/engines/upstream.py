@@ -29,7 +29,7 @@ import json
 import logging
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,9 +39,7 @@ import aiohttp
 from ..config import default_model_name
 from ..errors import (
     KNOWN_CODES,
-    ContextLengthExceededError,
     InvalidRequestError,
-    InvalidTokenIdError,
     RateLimitError,
     ServiceUnavailableError,
     TokenwireError,
@@ -56,6 +54,7 @@ from .base import (
     FinishEvent,
     ReplicaHealth,
     SamplingParams,
+    check_prompt,
 )
 from .registry import EngineSpec
 from .routing import PrefixRouter
@@ -327,6 +326,32 @@ class UpstreamEngine:
         except ValueError:
             return r.status, None
 
+    async def model_card(self, replica: Replica) -> dict[str, Any]:
+        """The replica's `/v1/models` card of the model we serve (its first, until we know)."""
+        cards = (await self.get_json(replica, "/v1/models") or {}).get("data") or []
+        card = next((c for c in cards if c.get("id") == self.model_name), None)
+        if card is None and self.model_name is None and cards:
+            card = cards[0]
+        if not isinstance(card, dict):
+            raise ValueError(f"it does not serve {self.model_name!r}")
+        return card
+
+    async def tokenize_each(self, replica: Replica, texts: Sequence[str], path: str,
+                            body: Callable[[str], dict[str, Any]]) -> list[list[int]] | None:
+        """`texts` through the replica's tokenize endpoint, one request each (a few at a
+        time); None when it has none (404, or a server started without a tokenizer)."""
+        slots = asyncio.Semaphore(32)
+
+        async def one(text: str) -> list[int] | None:
+            async with slots:
+                status, answer = await self.call(replica, "POST", path, body(text))
+            return list(answer["tokens"]) if status == 200 else None
+
+        got = await asyncio.gather(*(one(t) for t in texts))
+        if any(g is None for g in got):
+            return None
+        return [g for g in got if g is not None]
+
     async def get_json(self, replica: Replica, path: str) -> Any:
         status, data = await self.call(replica, "GET", path)
         if status != 200:
@@ -479,18 +504,8 @@ class UpstreamEngine:
 
     # -- admission ----------------------------------------------------------------------------
 
-    def _check_prompt(self, prompt: Sequence[int]) -> None:
-        info = self.info
-        if not prompt:
-            raise InvalidRequestError("the prompt is empty", param="prompt")
-        if len(prompt) >= info.max_model_len:
-            raise ContextLengthExceededError(
-                f"a prompt of {len(prompt)} tokens leaves no room in {info.max_model_len}")
-        if min(prompt) < 0 or max(prompt) >= info.vocab_size:
-            raise InvalidTokenIdError("a prompt id is outside the vocabulary")
-
     async def submit(self, prompt: Sequence[int], params: SamplingParams) -> _Stream:
-        self._check_prompt(prompt)
+        check_prompt(prompt, self.info)
         reps = self._replicas
         order = self._router.order(prompt, [r.healthy for r in reps],
                                    [r.in_flight for r in reps])

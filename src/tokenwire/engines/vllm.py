@@ -22,13 +22,11 @@ Ids are never decoded or re-encoded: `detokenize` is off on generate.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from typing import Any
 
 from ..errors import ServiceUnavailableError
 from .base import EngineEvent, FinishEvent, PromptLogprobsEvent, SamplingParams, TokenEvent
-from .registry import EngineSpec
 from .upstream import ChunkDecoder, Replica, UpstreamEngine, UpstreamInfo
 
 __all__ = ["VllmEngine"]
@@ -126,18 +124,8 @@ class _Decoder(ChunkDecoder):
 class VllmEngine(UpstreamEngine):
     name = "vllm"
 
-    def __init__(self, spec: EngineSpec):
-        super().__init__(spec)
-        self._tokenize_slots = asyncio.Semaphore(32)
-
     async def describe(self, replica: Replica) -> UpstreamInfo:
-        data = await self.get_json(replica, "/v1/models")
-        cards = data.get("data") or []
-        card = next((c for c in cards if c.get("id") == self.model_name), None)
-        if card is None:
-            if self.model_name is not None or not cards:
-                raise ValueError(f"it does not serve {self.model_name!r}")
-            card = cards[0]
+        card = await self.model_card(replica)
         length = card.get("max_model_len")
         if not isinstance(length, int):
             raise ValueError("its /v1/models card has no max_model_len")
@@ -148,16 +136,9 @@ class VllmEngine(UpstreamEngine):
         return UpstreamInfo(model=str(card["id"]), max_model_len=length, mode=api)
 
     async def tokenize(self, replica: Replica, texts: Sequence[str]) -> list[list[int]] | None:
-        async def one(text: str) -> list[int] | None:
-            async with self._tokenize_slots:
-                status, body = await self.call(replica, "POST", "/tokenize", {
-                    "model": self.model_name, "prompt": text, "add_special_tokens": False})
-            return list(body["tokens"]) if status == 200 else None
-
-        got = await asyncio.gather(*(one(t) for t in texts))
-        if any(g is None for g in got):
-            return None  # no tokenizer there (--tokens-only, --skip-tokenizer-init)
-        return [g for g in got if g is not None]
+        # None without a tokenizer there (--tokens-only, --skip-tokenizer-init)
+        return await self.tokenize_each(replica, texts, "/tokenize", lambda t: {
+            "model": self.model_name, "prompt": t, "add_special_tokens": False})
 
     def request(self, replica: Replica, prompt: Sequence[int],
                 params: SamplingParams) -> tuple[str, dict[str, Any]]:
