@@ -73,3 +73,5 @@ def test_raw_prompts_by_deployment() -> None:
     assert Settings(api_keys=["a", "b"], raw_prompt_keys=["b"]).raw_prompts_allowed("b")
     assert Settings(api_keys=["a"], raw_prompts="allow").raw_prompts_allowed("a")
     assert not Settings(raw_prompts="deny").raw_prompts_allowed(None)
+    assert not Settings(api_keys=["b"], raw_prompt_keys=["b"],
+                        raw_prompts="deny").raw_prompts_allowed("b")

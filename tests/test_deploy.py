@@ -29,7 +29,8 @@ VLLM_FLAGS = {"--model", "--served-model-name", "--max-model-len", "--enable-sca
               "--generation-config"}
 #: `python -m sglang.launch_server` flags, as SGLang 0.5.23's server_args.py defines them
 SGLANG_FLAGS = {"--model-path", "--served-model-name", "--context-length", "--host", "--port",
-                "--tp-size", "--dp-size", "--api-key", "--enable-deterministic-inference"}
+                "--tp-size", "--dp-size", "--api-key", "--enable-deterministic-inference",
+                "--incremental-streaming-output"}
 
 
 def compose() -> dict[str, Any]:

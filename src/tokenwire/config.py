@@ -130,12 +130,14 @@ class Settings(BaseSettings):
     )
     raw_prompts: Literal["auto", "allow", "deny"] = Field(
         "auto", description="May raw prompts (completions with id prompts, "
-        "/inference/v1/generate: prompts rendered by the client) carry control ids? auto: "
-        "only on a keyless server bound to loopback."
+        "/inference/v1/generate: prompts rendered by the client) carry control ids? allow, "
+        "deny (for every key), or auto: on a keyless server bound to loopback, and for the "
+        "keys in raw_prompt_keys. Behind a reverse proxy on loopback, auto trusts the proxy's "
+        "clients: set keys, or deny."
     )
     raw_prompt_keys: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="API keys allowed raw prompts with control ids when "
-        "`raw_prompts` is not `allow`; comma-separated in the environment."
+        "`raw_prompts` is auto; comma-separated in the environment."
     )
     non_canonical_tokens: Literal["allow", "flag", "reject"] = Field(
         "allow", description="Ids that are not the canonical encoding of their own text, in "
@@ -195,8 +197,8 @@ class Settings(BaseSettings):
 
     def raw_prompts_allowed(self, api_key: str | None) -> bool:
         """May a request made with `api_key` send raw prompts that carry control ids?"""
-        if self.raw_prompts == "allow":
-            return True
+        if self.raw_prompts != "auto":
+            return self.raw_prompts == "allow"
         if api_key is not None and api_key in self.raw_prompt_keys:
             return True
         return (self.raw_prompts == "auto" and not self.api_keys

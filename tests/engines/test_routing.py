@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from tokenwire.engines.routing import PrefixRouter
 
 UP2 = [True, True]
@@ -100,4 +102,26 @@ def test_memory_is_bounded() -> None:
     for i in range(500):
         router.record(list(range(i, i + 40)), i % 2)
     assert len(router._prompts) == 100
-    assert sum(len(b) for b in router._ending_in.values()) == 100
+    assert sum(router._ending_in.values()) == 100
+
+
+def test_routing_work_does_not_grow_with_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Many remembered short prompts are not scanned one by one for each request: a lookup
+    hashes at most one block's worth of candidate lengths per matching block."""
+    from tokenwire.engines import routing
+
+    router = PrefixRouter(2)
+    for i in range(5_000):
+        router.record([i, i + 1, i + 2], i % 2)  # all shorter than a block
+    calls = 0
+    real = routing._hash
+
+    def counted(data: bytes) -> bytes:
+        nonlocal calls
+        calls += 1
+        return real(data)
+
+    monkeypatch.setattr(routing, "_hash", counted)
+    router.order([50_000, 7, 7, 7], UP2, IDLE2)
+    assert calls <= 16 + 1 + 2  # candidate lengths, the key, the replicas' scores
+    assert router.order([5, 6, 7, 8], UP2, IDLE2)[0] == 1  # extends [5, 6, 7]

@@ -63,8 +63,24 @@ SGLANG_SAMPLING_FIELDS = {
     "sampling_seed", "custom_params", "beam_width", "watermark", "choice"}
 
 
+#: SGLang's recorded shapes are a Llama 3 model's: its ids past our vocabulary, mapped into it
+#: (the engine refuses sampled ids outside the pinned vocabulary)
+_INTO_VOCAB = {128000: 1, 128009: 2}
+
+
+def _into_vocab(obj: Any) -> Any:
+    if isinstance(obj, int) and not isinstance(obj, bool):
+        return _INTO_VOCAB.get(obj, obj)
+    if isinstance(obj, list):
+        return [_into_vocab(x) for x in obj]
+    if isinstance(obj, dict):
+        return {k: _into_vocab(v) for k, v in obj.items()}
+    return obj
+
+
 def shape(kind: str, name: str) -> Any:
-    return copy.deepcopy(json.loads((SHAPES / kind / f"{name}.json").read_text()))
+    data = json.loads((SHAPES / kind / f"{name}.json").read_text())
+    return _into_vocab(data) if kind == "sglang" else data
 
 
 def sse(*chunks: Any, done: bool = True) -> Response:
@@ -226,6 +242,11 @@ async def test_vllm_errors_map_to_our_tree(tok, gguf_info, model_path) -> None: 
          ServiceUnavailableError),
         (lambda r: reply(429, {"error": {"message": "busy", "code": 429}}),
          RateLimitError),
+        # a tokenwire upstream refusing the gateway's rendered prompts: our configuration
+        (lambda r: reply(400, {"error": {"message": "no", "type": "invalid_request_error",
+                                         "param": "token_ids[0]",
+                                         "code": "special_token_not_allowed"}}),
+         ServiceUnavailableError),
     ]
     for handler, expected in cases:
         up = Upstream(tok, vllm_routes(handler))
@@ -277,22 +298,22 @@ async def test_sglang_stream_either_mode(tok, gguf_info, model_path, mode: str) 
         first["output_ids"], first["meta_info"]["completion_tokens"] = [12366], 1
         chunks = [first, mid, shape("sglang", "generate_stream_chunk_incremental_final")]
     up = Upstream(tok, sglang_routes(lambda r: sse(*chunks)))
-    async with engine("sglang", up, gguf_info, model_path, eog=frozenset({128009})) as eng:
+    async with engine("sglang", up, gguf_info, model_path, eog=frozenset({2})) as eng:
         assert eng.info.max_model_len == 131072
         events = await run(eng, [1, 2], temperature=0.0)
         assert events == [TokenEvent(12366), TokenEvent(13),
-                          FinishEvent("stop", stop_token=TokenEvent(128009))]
+                          FinishEvent("stop", stop_token=TokenEvent(2))]
         [sent] = up.generation_bodies("/generate")
         assert set(sent["sampling_params"]) <= SGLANG_SAMPLING_FIELDS
         assert sent["input_ids"] == [1, 2] and sent["sampling_params"]["max_new_tokens"] == 16
-        assert sent["sampling_params"]["stop_token_ids"] == [128009]
+        assert sent["sampling_params"]["stop_token_ids"] == [2]
 
 
 async def test_sglang_logprobs_and_prompt_scores(tok, gguf_info, model_path) -> None:  # type: ignore[no-untyped-def]
     body = shape("sglang", "generate_response_nonstream_logprobs")
     up = Upstream(tok, sglang_routes(lambda r: reply(200, body)))
-    async with engine("sglang", up, gguf_info, model_path, eog=frozenset({128009})) as eng:
-        prompt = [1, *body["prompt_token_ids"][1:]]  # Llama 3's BOS is outside our vocabulary
+    async with engine("sglang", up, gguf_info, model_path, eog=frozenset({2})) as eng:
+        prompt = body["prompt_token_ids"]
         events = await run(eng, prompt, logprobs=1, prompt_logprobs=1)
         [sent] = up.generation_bodies("/generate")
         assert (sent["stream"], sent["logprob_start_len"], sent["top_logprobs_num"]) == (
@@ -301,14 +322,14 @@ async def test_sglang_logprobs_and_prompt_scores(tok, gguf_info, model_path) -> 
         assert scored.entries[0] == TokenEvent(791, -7.91, ((791, -2.31),))
         assert [(t.token_id, t.logprob, t.top_logprobs) for t in tokens] == [
             (12366, -0.12, ((12366, -0.12),)), (13, -0.53, ((13, -0.53),))]
-        assert finish.stop_token.token_id == 128009
+        assert finish.stop_token.token_id == 2
 
 
 async def test_sglang_refuses_a_seed_it_would_ignore(tok, gguf_info, model_path) -> None:  # type: ignore[no-untyped-def]
     final = shape("sglang", "generate_stream_chunk_cumulative_final")
     for deterministic in (False, True):
         up = Upstream(tok, sglang_routes(lambda r: sse(final), deterministic=deterministic))
-        async with engine("sglang", up, gguf_info, model_path, eog=frozenset({128009})) as eng:
+        async with engine("sglang", up, gguf_info, model_path, eog=frozenset({2})) as eng:
             if not deterministic:
                 with pytest.raises(UnsupportedParameterError) as info:
                     await run(eng, [1, 2], temperature=0.8, seed=3)

@@ -87,6 +87,16 @@ async def test_stop_ids_and_strings_end_as_vllm_ends_them(client: httpx.AsyncCli
     assert tok.decode(choice["token_ids"]).endswith("tous")
 
 
+async def test_more_than_the_context_leaves_ends_in_length(client: httpx.AsyncClient,
+                                                            fake_engine: FakeEngine) -> None:
+    """vLLM's rule: a fixed max_tokens beyond the room left is not an error."""
+    fake_engine.script = [253] * 40
+    data = (await generate(client, {"token_ids": [1] * 2040,
+                                    "sampling_params": {"max_tokens": 100}})).json()
+    [choice] = data["choices"]
+    assert (choice["finish_reason"], len(choice["token_ids"])) == ("length", 8)  # 2048 - 2040
+
+
 async def test_n_choices(client: httpx.AsyncClient, tok: HFTokenizer) -> None:
     data = (await generate(client, body(tok, n=3, seed=5, temperature=0.7))).json()
     assert [c["index"] for c in data["choices"]] == [0, 1, 2]
@@ -106,8 +116,11 @@ async def test_n_choices(client: httpx.AsyncClient, tok: HFTokenizer) -> None:
     ({"token_ids": [1, -2], "sampling_params": {}}, 400, "invalid_token_id", "token_ids[1]"),
     ({"token_ids": [1], "sampling_params": {"stop_token_ids": [99999]}}, 400,
      "invalid_token_id", "sampling_params.stop_token_ids[0]"),
-    ({"token_ids": [1], "sampling_params": {"max_tokens": 99999}}, 400,
-     "context_length_exceeded", "sampling_params.max_tokens"),
+    ({"token_ids": [1] * 2048, "sampling_params": {"max_tokens": 9}}, 400,
+     "context_length_exceeded", "token_ids"),
+    ({"token_ids": [1], "sampling_params": {}, "stream": True,
+      "stream_options": {"continuous_usage_stats": True}}, 400, "unsupported_parameter",
+     "stream_options.continuous_usage_stats"),
     ({"token_ids": [1], "sampling_params": {"prompt_logprobs": 1}, "stream": True}, 400,
      "invalid_value", "sampling_params.prompt_logprobs"),
     ({"token_ids": [1], "sampling_params": {}, "model": "gpt-4o"}, 404, "model_not_found",

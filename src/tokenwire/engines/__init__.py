@@ -10,6 +10,7 @@ from .base import (
     FinishEvent,
     PromptLogprobsEvent,
     ReplicaHealth,
+    ReplicaLostError,
     SamplingParams,
     TokenEvent,
 )
@@ -24,6 +25,7 @@ __all__ = [
     "FinishEvent",
     "PromptLogprobsEvent",
     "ReplicaHealth",
+    "ReplicaLostError",
     "SamplingParams",
     "TokenEvent",
 ]

@@ -13,6 +13,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
+from ..errors import (
+    ContextLengthExceededError,
+    InvalidRequestError,
+    InvalidTokenIdError,
+    ServiceUnavailableError,
+)
+
 __all__ = [
     "Engine",
     "check_prompt",
@@ -24,9 +31,16 @@ __all__ = [
     "FinishEvent",
     "PromptLogprobsEvent",
     "ReplicaHealth",
+    "ReplicaLostError",
     "SamplingParams",
     "TokenEvent",
 ]
+
+
+class ReplicaLostError(ServiceUnavailableError):
+    """The upstream replica serving a sequence went away mid-response. Nothing of a response
+    sent whole has reached the client yet, so serving may run it again (elsewhere: the replica
+    is marked down). A client sees 503 engine_unavailable."""
 
 
 class EngineStartError(RuntimeError):
@@ -55,7 +69,8 @@ class SamplingParams:
     ignore_eos: bool = False
     """Do not stop at the model's end-of-generation ids (`stop_token_ids` still stop)."""
     cache_salt: str | None = None
-    """Isolates prefix-cache reuse between tenants, on engines that cache prefixes (vLLM)."""
+    """Isolates prefix-cache reuse between tenants: passed to vLLM and SGLang; llama-server,
+    which cannot salt, does not reuse its cache for a salted request."""
 
     def stops(self, eog_ids: frozenset[int]) -> frozenset[int]:
         """Every id whose sampling ends the output."""
@@ -177,8 +192,6 @@ class Engine(Protocol):
 def check_prompt(prompt: Sequence[int], info: EngineInfo) -> None:
     """What every engine refuses itself, so one bad prompt never reaches a batch or an upstream
     (serving checks these first, with the request's own param paths)."""
-    from ..errors import ContextLengthExceededError, InvalidRequestError, InvalidTokenIdError
-
     if not prompt:
         raise InvalidRequestError("the prompt is empty", param="prompt")
     if len(prompt) >= info.max_model_len:

@@ -14,8 +14,10 @@ against that server built from them (docs/engines.md). Its conventions, translat
   prompt too; OpenAI's count the output only), `ignore_eos` (it bans EOG ids instead of
   sampling past them), prompt logprobs (it has none);
 - the context per sequence is the slot's (`/props` `n_ctx`), not the `-c` total.
-Start llama-server with `-fa off` for output identical to the embedded engine (llama.cpp's CPU
-flash attention changes the numerics).
+For output identical to the embedded engine, run both with the same flash-attention mode and
+threads (llama.cpp's defaults on both sides: `auto`, all cores): llama.cpp's CPU flash attention
+changes the numerics. llama-server cannot salt its prompt cache: a request with `cache_salt`
+does not reuse it (`cache_prompt: false`), so tenants never share cached prefixes.
 """
 
 from __future__ import annotations
@@ -121,7 +123,7 @@ class LlamaServerEngine(UpstreamEngine):
             "samplers": ["temperature"] if greedy else ["temperature", "top_p"],
             "stream": True,
             "return_tokens": True,
-            "cache_prompt": True,
+            "cache_prompt": params.cache_salt is None,
         }
         if params.seed is not None:
             body["seed"] = params.seed

@@ -8,8 +8,12 @@ tokenizer by an incremental encoder, which only emits ids that later text cannot
 streamed ids are exactly the ids of the whole output.
 
 Decoding a rendered prompt gives the template's control tokens as their strings; servers that
-parse special tokens in prompts (llama-server, vLLM) turn them back into the same ids.
-Logprobs carry no ids here and are refused by name; usage counts the upstream's own tokens.
+parse special tokens in prompts (llama-server, vLLM) turn them back into the same ids. But they
+would do the same to a user's text that spells one (`<|im_end|><|im_start|>system`), which the
+token-space template keeps as text: a prompt whose text re-encodes to other control ids than it
+holds is refused (special_token_not_allowed), never sent. A leading BOS is left to the upstream,
+which adds its own to a text prompt. Logprobs carry no ids here, stop ids and `ignore_eos` have
+no text-API field: all refused by name. Usage counts the upstream's own tokens.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from ..errors import UnsupportedParameterError
+from ..errors import SpecialTokenNotAllowedError, UnsupportedParameterError
 from ..tokenizers.reencode import IncrementalEncoder
 from .base import EngineEvent, EngineInfo, FinishEvent, SamplingParams, TokenEvent
 from .registry import EngineSpec
@@ -27,14 +31,16 @@ __all__ = ["OpenAITextEngine"]
 
 
 class _TextDecoder(ChunkDecoder):
-    def __init__(self, encoder: IncrementalEncoder):
+    def __init__(self, encoder: IncrementalEncoder, *, keep: bool = True):
+        """`keep` False: a scoring-only request (no output wanted; the upstream samples one)."""
         self._enc = encoder
+        self._keep = keep
         self._reason: str | None = None
 
     def feed(self, chunk: dict[str, Any]) -> list[EngineEvent]:
         events: list[EngineEvent] = []
         for choice in chunk.get("choices") or []:
-            text = choice.get("text") or ""
+            text = (choice.get("text") or "") if self._keep else ""
             events += [TokenEvent(t) for t in self._enc.push(text)]
             if choice.get("finish_reason") is not None:
                 self._reason = "length" if choice["finish_reason"] == "length" else "stop"
@@ -48,10 +54,11 @@ class _TextDecoder(ChunkDecoder):
 
     def _finish(self, counted: Any) -> list[EngineEvent]:
         events: list[EngineEvent] = [TokenEvent(t) for t in self._enc.finish()]
-        reason: Literal["stop", "length"] = "length" if self._reason == "length" else "stop"
+        reason: Literal["stop", "length"] = "length" if self._reason == "length" or \
+            not self._keep else "stop"
         self._reason = None
         return [*events, FinishEvent(reason, n_sampled=counted if isinstance(counted, int)
-                                     else None)]
+                                     and self._keep else None)]
 
 
 class OpenAITextEngine(UpstreamEngine):
@@ -87,10 +94,16 @@ class OpenAITextEngine(UpstreamEngine):
             raise UnsupportedParameterError(
                 "logprobs need the ids the model sampled; this server's upstream returns text "
                 "only", param="logprobs")
+        for name, value in (("stop_token_ids", params.stop_token_ids),
+                            ("ignore_eos", params.ignore_eos)):
+            if value:
+                raise UnsupportedParameterError(
+                    f"{name!r} has no field in the text API of this model's upstream",
+                    param=name)
         body: dict[str, Any] = {
             "model": self.model_name,
-            "prompt": self._tok.decode(prompt),
-            "max_tokens": params.max_tokens,
+            "prompt": self._prompt_text(prompt),
+            "max_tokens": max(1, params.max_tokens),
             "temperature": params.temperature,
             "top_p": params.top_p,
             "stream": True,
@@ -106,5 +119,19 @@ class OpenAITextEngine(UpstreamEngine):
 
     def decoder(self, replica: Replica, prompt: Sequence[int],
                 params: SamplingParams) -> ChunkDecoder:
-        return _TextDecoder(IncrementalEncoder(self._tok))
+        return _TextDecoder(IncrementalEncoder(self._tok), keep=params.max_tokens > 0)
+
+    def _prompt_text(self, prompt: Sequence[int]) -> str:
+        """The text the upstream re-encodes into exactly the prompt's control tokens."""
+        src = self._spec.source
+        if src.add_bos and prompt and prompt[0] == src.bos_id:
+            prompt = prompt[1:]  # the upstream adds its own to a text prompt
+        text = self._tok.decode(prompt)
+        special = self._tok.special_ids
+        if [t for t in self._tok.encode(text, parse_special=True) if t in special] != \
+                [t for t in prompt if t in special]:
+            raise SpecialTokenNotAllowedError(
+                "this model's upstream takes text, where text that spells a control token "
+                "becomes one; the prompt holds such text, so it is not sent", param="messages")
+        return text
 

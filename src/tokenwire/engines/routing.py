@@ -11,17 +11,18 @@ Two rules, then a guard:
 - when that replica is much busier than the least busy one, the least busy takes the request,
   as SGLang's cache-aware router does: affinity must not pile a workload onto one replica.
 
-Remembered prompts are indexed by the digest of their last full block of `block` ids, so a
-new prompt looks only at the prompts that end in one of its own blocks. The memory is a
-bounded LRU; losing it (a restart, another gateway) costs only the affinity of conversations
-whose earlier turns were shorter than `lead`.
+Remembered prompts are counted by the digest of their last full block of `block` ids, so a new
+prompt tries only the lengths that end in one of its own blocks (at most `block` of them), each
+an exact lookup of its prefix's digest: the cost does not grow with what is remembered. The
+memory is a bounded LRU; losing it (a restart, another gateway) costs only the affinity of
+conversations whose earlier turns were shorter than `lead`.
 """
 
 from __future__ import annotations
 
 import hashlib
 from array import array
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Sequence
 
 __all__ = ["PrefixRouter"]
@@ -65,8 +66,8 @@ class PrefixRouter:
         self._imbalance = (imbalance_abs, imbalance_rel)
         self._prompts: OrderedDict[bytes, tuple[bytes, int, int]] = OrderedDict()
         """whole-prompt digest -> (its last block's digest, its length, the replica)"""
-        self._ending_in: dict[bytes, dict[bytes, None]] = {}
-        """last block's digest -> the prompts that end in that block"""
+        self._ending_in: Counter[bytes] = Counter()
+        """last block's digest -> how many remembered prompts end in that block"""
 
     def order(self, prompt: Sequence[int], healthy: Sequence[bool],
               in_flight: Sequence[int]) -> list[int]:
@@ -94,16 +95,15 @@ class PrefixRouter:
     def _continued(self, data: bytes, digests: list[bytes],
                    healthy: Sequence[bool]) -> int | None:
         """The replica of the longest remembered prompt that `data` extends exactly."""
-        for blk in [*reversed(digests), _NO_BLOCK]:
-            best: tuple[int, int] | None = None
-            for whole in self._ending_in.get(blk, ()):
-                _, length, replica = self._prompts[whole]
-                n = length * 8
-                if (n <= len(data) and healthy[replica] and (best is None or length > best[0])
-                        and _hash(data[:n]) == whole):
-                    best = (length, replica)
-            if best is not None:
-                return best[1]
+        n = len(data) // 8
+        for k in range(len(digests), -1, -1):  # k full blocks; 0: shorter than a block
+            if self._ending_in[digests[k - 1] if k else _NO_BLOCK] <= 0:
+                continue
+            for length in range(min(n, (k + 1) * self._block - 1), max(k * self._block, 1) - 1,
+                                -1):
+                found = self._prompts.get(_hash(data[:length * 8]))
+                if found is not None and found[1] == length and healthy[found[2]]:
+                    return found[2]
         return None
 
     def record(self, prompt: Sequence[int], replica: int) -> None:
@@ -115,11 +115,11 @@ class PrefixRouter:
         old = self._prompts.get(whole)
         if old is not None:
             self._prompts.move_to_end(whole)
+        if old is None:
+            self._ending_in[blk] += 1
         self._prompts[whole] = (blk, len(prompt), replica)
-        self._ending_in.setdefault(blk, {})[whole] = None
         while len(self._prompts) > self._memory:
-            gone, (gone_blk, _, _) = self._prompts.popitem(last=False)
-            bucket = self._ending_in[gone_blk]
-            del bucket[gone]
-            if not bucket:
+            _, (gone_blk, _, _) = self._prompts.popitem(last=False)
+            self._ending_in[gone_blk] -= 1
+            if self._ending_in[gone_blk] <= 0:
                 del self._ending_in[gone_blk]

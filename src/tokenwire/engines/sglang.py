@@ -95,6 +95,7 @@ class _Decoder(ChunkDecoder):
 
 class SGLangEngine(UpstreamEngine):
     name = "sglang"
+    health_path = "/v1/models"  # SGLang's /health runs a generation: busy replicas time out
 
     async def describe(self, replica: Replica) -> UpstreamInfo:
         card = await self.model_card(replica)
@@ -137,6 +138,10 @@ class SGLangEngine(UpstreamEngine):
             "no_stop_trim": True,
             "n": 1,
         }
+        if params.ignore_eos and params.stop_token_ids:
+            # SGLang's token-based finish returns early under ignore_eos: stop ids would not stop
+            raise UnsupportedParameterError(
+                "SGLang does not stop on stop ids under ignore_eos", param="ignore_eos")
         if params.seed is not None and params.temperature > 0:
             if replica.info.mode != _DETERMINISTIC:
                 raise UnsupportedParameterError(
@@ -145,6 +150,8 @@ class SGLangEngine(UpstreamEngine):
             sampling["sampling_seed"] = params.seed
         body: dict[str, Any] = {"input_ids": list(prompt), "sampling_params": sampling,
                                 "stream": params.prompt_logprobs is None}
+        if params.cache_salt is not None:
+            body["cache_salt"] = params.cache_salt
         if params.logprobs is not None or params.prompt_logprobs is not None:
             body["return_logprob"] = True
             body["top_logprobs_num"] = max(params.logprobs or 0, params.prompt_logprobs or 0)

@@ -53,7 +53,9 @@ from .base import (
     EngineStartError,
     FinishEvent,
     ReplicaHealth,
+    ReplicaLostError,
     SamplingParams,
+    TokenEvent,
     check_prompt,
 )
 from .registry import EngineSpec
@@ -62,8 +64,16 @@ from .routing import PrefixRouter
 __all__ = ["ChunkDecoder", "Replica", "UpstreamEngine", "UpstreamInfo", "UpstreamStatusError",
            "upstream_error"]
 
-TRANSPORT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError)
-"""What a request to an upstream raises when the upstream is not there to answer."""
+TRANSPORT_ERRORS = (aiohttp.ClientError, aiohttp.http_exceptions.HttpProcessingError,
+                    asyncio.TimeoutError, ConnectionError)
+"""What a request to an upstream raises when the upstream is not there to answer (or sends
+what HTTP cannot parse)."""
+MALFORMED = (KeyError, TypeError, AttributeError, ValueError, IndexError)
+"""What a decoder raises on a chunk that is not the upstream's documented shape."""
+_ABSENT = frozenset({404, 405, 501})
+"""Statuses that mean "no such endpoint here" (rather than "failed this time")."""
+VERIFY_TIMEOUT = 120.0
+"""Seconds one replica's verification (model, context, the tokenizer probe) may take."""
 
 log = logging.getLogger(__name__)
 
@@ -94,10 +104,13 @@ class Replica:
     served: int = 0
 
     def down(self, reason: str) -> None:
+        """Not used until a health check passes, and verified again then (it may come back
+        as another model: a rolling upgrade)."""
         if self.healthy:
             log.warning("upstream %s (%s) is down: %s", self.url, self.name, reason)
         self.healthy = False
         self.reason = reason
+        self.info = None
 
     def snapshot(self) -> ReplicaHealth:
         return ReplicaHealth(url=self.url, name=self.name, healthy=self.healthy,
@@ -154,6 +167,10 @@ def upstream_error(status: int, body: Any, where: str) -> TokenwireError:
     message = f"upstream {where}: {err.get('message', '')}"
     if status == 200:  # in-band
         status = code if isinstance(code, int) and not isinstance(code, bool) else 500
+    if code == "special_token_not_allowed":  # a tokenwire upstream refusing our raw prompts
+        return ServiceUnavailableError(
+            f"upstream {where} refuses this gateway's rendered prompts: allow raw prompts for "
+            "it there (TOKENWIRE_RAW_PROMPT_KEYS, or TOKENWIRE_RAW_PROMPTS=allow)")
     if isinstance(code, str) and code in KNOWN_CODES:
         exc = error_from_body(status, body)
         exc.message = message
@@ -172,6 +189,7 @@ class _Stream:
 
     def __init__(self, engine: UpstreamEngine, replica: Replica,
                  response: aiohttp.ClientResponse, decoder: ChunkDecoder):
+        self._vocab = engine.info.vocab_size
         self._engine = engine
         self._replica = replica
         self._response = response
@@ -209,15 +227,15 @@ class _Stream:
                 body = _json(await self._response.read())
                 if not isinstance(body, dict) or "error" in body:
                     raise self._engine.protocol_error(200, body, name)
-                self._pending.extend(self._decoder.feed(body))
-                self._pending.extend(self._decoder.end())
+                self._take(self._decoder.feed(body))
+                self._take(self._decoder.end())
                 if not self._pending or not isinstance(self._pending[-1], FinishEvent):
                     raise ServiceUnavailableError(f"upstream {name} sent an unfinished response")
                 return
             while not self._pending:
                 line = await content.readline()
                 if not line or line.startswith(b"data: [DONE]"):
-                    self._pending.extend(self._decoder.end())
+                    self._take(self._decoder.end())
                     if not self._pending:
                         raise ServiceUnavailableError(
                             f"upstream {name} ended the stream before the output was finished")
@@ -229,15 +247,29 @@ class _Stream:
                     raise ServiceUnavailableError(f"upstream {name} sent a malformed chunk")
                 if "error" in chunk:
                     raise self._engine.protocol_error(200, chunk, name)
-                self._pending.extend(self._decoder.feed(chunk))
+                self._take(self._decoder.feed(chunk))
         except TRANSPORT_ERRORS as exc:
             self._replica.down(f"the connection broke mid-stream: {exc!r}")
             await self.aclose()
-            raise ServiceUnavailableError(
+            raise ReplicaLostError(
                 f"upstream {name} went away in the middle of the response") from exc
+        except MALFORMED as exc:
+            log.warning("upstream %s sent a chunk of another shape: %r", self._replica.url, exc)
+            await self.aclose()
+            raise ServiceUnavailableError(f"upstream {name} sent a malformed response") from exc
         except BaseException:
             await self.aclose()
             raise
+
+    def _take(self, events: list[EngineEvent]) -> None:
+        """Queue decoded events; a sampled id outside the pinned vocabulary is the upstream
+        serving another model (or a padded vocabulary): never passed on."""
+        for ev in events:
+            tok = ev if isinstance(ev, TokenEvent) else \
+                ev.stop_token if isinstance(ev, FinishEvent) else None
+            if tok is not None and not 0 <= tok.token_id < self._vocab:
+                raise ValueError(f"sampled id {tok.token_id} is outside the vocabulary")
+            self._pending.append(ev)
 
     async def prime(self) -> None:
         """Wait for the first event, so a replica that accepted the request but cannot serve it
@@ -252,10 +284,14 @@ class _Stream:
             return
         self._closed = True
         self._replica.in_flight -= 1
-        if self._finished and self._response.content.at_eof():
-            self._response.release()  # read to the end: the connection is reused
-        else:
-            self._response.close()  # mid-stream: closing it is how the upstream learns
+        if self._finished:  # what follows the finish (usage, [DONE]) is read, and the
+            try:            # connection kept for the next request
+                await asyncio.wait_for(self._response.read(), 1.0)
+                self._response.release()
+                return
+            except (*TRANSPORT_ERRORS, asyncio.CancelledError):
+                pass
+        self._response.close()  # mid-stream: closing it is how the upstream learns
 
 
 class UpstreamEngine:
@@ -276,7 +312,7 @@ class UpstreamEngine:
         self._model: str | None = s.upstream_model
         """The model name the upstream serves (sent in requests that need one)."""
         self._http: aiohttp.ClientSession | None = None
-        self._watcher: asyncio.Task[None] | None = None
+        self._watchers: list[asyncio.Task[None]] = []
 
     # -- what a protocol module provides -----------------------------------------------------
 
@@ -339,13 +375,17 @@ class UpstreamEngine:
     async def tokenize_each(self, replica: Replica, texts: Sequence[str], path: str,
                             body: Callable[[str], dict[str, Any]]) -> list[list[int]] | None:
         """`texts` through the replica's tokenize endpoint, one request each (a few at a
-        time); None when it has none (404, or a server started without a tokenizer)."""
+        time); None when it has none (404, 405, 501)."""
         slots = asyncio.Semaphore(32)
 
         async def one(text: str) -> list[int] | None:
             async with slots:
                 status, answer = await self.call(replica, "POST", path, body(text))
-            return list(answer["tokens"]) if status == 200 else None
+            if status in _ABSENT:
+                return None
+            if status != 200:  # failed this time: the verification is tried again later
+                raise UpstreamStatusError(status, replica.url + path)
+            return list(answer["tokens"])
 
         got = await asyncio.gather(*(one(t) for t in texts))
         if any(g is None for g in got):
@@ -391,9 +431,10 @@ class UpstreamEngine:
         model = first.model
         if model.endswith(".gguf"):  # llama-server names its model by the file's path
             model = default_model_name(Path(model))
+        cap = self._settings.max_model_len  # the operator's, at most what the upstream holds
         return EngineInfo(model=self._settings.served_model_name or model,
-                          max_model_len=first.max_model_len, vocab_size=tok.vocab_size,
-                          eog_ids=self._spec.eog_ids)
+                          max_model_len=min(first.max_model_len, cap or first.max_model_len),
+                          vocab_size=tok.vocab_size, eog_ids=self._spec.eog_ids)
 
     async def start(self) -> None:
         if self._http is not None:
@@ -402,12 +443,17 @@ class UpstreamEngine:
         headers = {"Authorization": f"Bearer {s.upstream_api_key}"} if s.upstream_api_key else {}
         self._http = aiohttp.ClientSession(
             headers=headers, raise_for_status=False,
+            read_bufsize=1 << 22,  # SGLang's cumulative chunks repeat the whole output: long lines
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=s.upstream_connect_timeout,
                                           sock_read=s.upstream_read_timeout),
             connector=aiohttp.TCPConnector(limit=0, limit_per_host=0))
         deadline = time.monotonic() + s.upstream_start_timeout
         while True:
-            await asyncio.gather(*(self._check(r) for r in self._replicas))
+            outcomes = await asyncio.gather(*(self._check(r) for r in self._replicas),
+                                            return_exceptions=True)
+            for outcome in outcomes:  # a replica refused (another tokenizer or model)
+                if isinstance(outcome, BaseException):
+                    raise outcome
             verified = [r for r in self._replicas if r.info is not None]
             if verified:
                 break
@@ -422,24 +468,29 @@ class UpstreamEngine:
                 f"{r.url}: {r.info.model!r}, {r.info.max_model_len} tokens per sequence"
                 for r in verified if r.info is not None))
         self._info = self.engine_info(verified[0].info)  # type: ignore[arg-type]
-        self._watcher = asyncio.create_task(self._watch(), name=f"{self.name}-health")
+        self._watchers = [asyncio.create_task(self._watch(r), name=f"{self.name}-{r.name}")
+                          for r in self._replicas]
 
     async def aclose(self) -> None:
-        if self._watcher is not None:
-            self._watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._watcher
-            self._watcher = None
+        for task in self._watchers:
+            task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.gather(*self._watchers, return_exceptions=True)
+        self._watchers = []
         if self._http is not None:
             await self._http.close()
             self._http = None
 
     # -- health and verification --------------------------------------------------------------
 
-    async def _watch(self) -> None:
+    async def _watch(self, r: Replica) -> None:
+        """One replica's checks: a slow one never holds back the others'."""
         while True:
             await asyncio.sleep(self._settings.health_interval)
-            await asyncio.gather(*(self._check(r) for r in self._replicas))
+            try:
+                await self._check(r)
+            except Exception as exc:  # noqa: BLE001 - the watcher must outlive any answer
+                r.down(f"health check failed: {exc!r}")
 
     async def _check(self, r: Replica) -> None:
         """Health-check one replica; a replica not verified yet is verified before use."""
@@ -458,9 +509,8 @@ class UpstreamEngine:
             return
         if r.info is None:
             try:
-                await self._verify(r)
-            except (*TRANSPORT_ERRORS, UpstreamStatusError, ValueError, KeyError,
-                    TypeError) as exc:
+                await asyncio.wait_for(self._verify(r), VERIFY_TIMEOUT)
+            except (*TRANSPORT_ERRORS, UpstreamStatusError, *MALFORMED) as exc:
                 r.down(f"could not be verified: {exc!r}")
                 return
             except (TokenizerParityError, EngineStartError) as exc:
@@ -476,14 +526,24 @@ class UpstreamEngine:
 
     async def _verify(self, r: Replica) -> None:
         info = await self.describe(r)
-        if self._model is None:
-            self._model = info.model
         first = next((x.info for x in self._replicas if x.info is not None), None)
         if first is not None and (info.model, info.max_model_len) != (first.model,
                                                                        first.max_model_len):
             raise EngineStartError(  # kept out, as a replica with another tokenizer is
                 f"upstream {r.url} serves {info.model!r} with {info.max_model_len} tokens per "
                 f"sequence; the others serve {first.model!r} with {first.max_model_len}")
+        pinned = self._model
+        self._model = pinned or info.model  # the name the probe's requests carry
+        try:
+            await self._probe_tokenizer(r)
+        except BaseException:
+            self._model = pinned  # not from a replica that is refused or failed
+            raise
+        r.info = info
+        log.info("upstream %s verified: model %r, %d tokens per sequence%s", r.url, info.model,
+                 info.max_model_len, f", {info.mode}" if info.mode else "")
+
+    async def _probe_tokenizer(self, r: Replica) -> None:
         if self._settings.check_upstream_tokenizer:
             tok = self._spec.source.tokenizer
 
@@ -498,9 +558,6 @@ class UpstreamEngine:
             miss = await first_mismatch(tok, reference)
             if miss is not None:
                 raise TokenizerParityError(miss.describe(f"upstream {r.url}"))
-        r.info = info
-        log.info("upstream %s verified: model %r, %d tokens per sequence%s", r.url, info.model,
-                 info.max_model_len, f", {info.mode}" if info.mode else "")
 
     # -- admission ----------------------------------------------------------------------------
 
@@ -528,8 +585,12 @@ class UpstreamEngine:
 
     async def _open(self, r: Replica, prompt: Sequence[int], params: SamplingParams) -> _Stream:
         path, body = self.request(r, prompt, params)
+        # a whole response comes when it is done: no read timeout can tell a slow one
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=self._settings.
+                                        upstream_connect_timeout, sock_read=None) \
+            if body.get("stream") is False else None
         try:
-            resp = await self.http.post(r.url + path, json=body)
+            resp = await self.http.post(r.url + path, json=body, timeout=timeout)
         except TRANSPORT_ERRORS as exc:
             r.down(f"request failed: {exc!r}")
             raise _Failover(f"{r.name}: unreachable") from exc
@@ -544,9 +605,11 @@ class UpstreamEngine:
             if status in (429, 503):  # busy (vLLM's admission control sends 503): try another
                 why = str(self.protocol_error(status, _json(data), r.name))
                 raise _Failover(why, rate_limited=status == 429)
-            if status >= 500 or status in (401, 403, 404):
-                # the replica is broken or misconfigured for us, not the request bad
+            if status in (401, 403, 404):  # misconfigured for us: out until checked again
                 r.down(f"answered {status}: {data[:200]!r}")
+                raise _Failover(f"{r.name}: answered {status}")
+            if status >= 500:  # this request failed there; the replica may serve others
+                log.warning("upstream %s answered %d: %r", r.url, status, data[:200])
                 raise _Failover(f"{r.name}: answered {status}")
             raise self.protocol_error(status, _json(data), r.name)
         stream = _Stream(self, r, resp, self.decoder(r, prompt, params))

@@ -1,7 +1,8 @@
 """vLLM, token in / token out: `POST /inference/v1/generate`, else `/v1/completions` with ids.
 
-Written from vLLM's source (the generate request and response are `tokenwire.protocol.generate`;
-docs/engines.md lists what was checked how). At start each replica is probed: `POST
+Written from vLLM's source (docs/engines.md lists what was checked how); the fields are those of
+`tokenwire.protocol.generate`, which serves the same API, and every field sent is checked
+against vLLM's own `SamplingParams` in the tests. At start each replica is probed: `POST
 /inference/v1/generate {}` answers 400 where the endpoint is live (vLLM 0.11.1+; 0.30+ started
 with `--enable-scale-out`); 403/404 mean it is absent, and the replica is driven through
 `/v1/completions` with a token-array prompt and `return_token_ids` (vLLM 0.10.2+).
@@ -61,9 +62,7 @@ def _top(cands: Sequence[tuple[int | None, float]], k: int) -> tuple[tuple[int, 
 class _Decoder(ChunkDecoder):
     """One response of either API: a stream's chunks, or one whole body."""
 
-    def __init__(self, api: str, prompt: Sequence[int], params: SamplingParams,
-                 stops: frozenset[int]):
-        self._api = api
+    def __init__(self, prompt: Sequence[int], params: SamplingParams, stops: frozenset[int]):
         self._prompt = prompt
         self._params = params
         self._stops = stops
@@ -158,7 +157,9 @@ class VllmEngine(UpstreamEngine):
         if params.seed is not None:
             sampling["seed"] = params.seed
         if params.logprobs is not None:
-            sampling["logprobs"] = params.logprobs
+            # vLLM up to 0.31 cuts the list to k with the sampled token first: one more keeps
+            # the true top k when the sampled token is not among them
+            sampling["logprobs"] = min(params.logprobs + 1, 20)
         if params.prompt_logprobs is not None:
             sampling["prompt_logprobs"] = params.prompt_logprobs
         stream = params.prompt_logprobs is None
@@ -176,5 +177,4 @@ class VllmEngine(UpstreamEngine):
 
     def decoder(self, replica: Replica, prompt: Sequence[int],
                 params: SamplingParams) -> ChunkDecoder:
-        assert replica.info is not None
-        return _Decoder(replica.info.mode, prompt, params, params.stops(self.info.eog_ids))
+        return _Decoder(prompt, params, params.stops(self.info.eog_ids))

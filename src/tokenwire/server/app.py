@@ -42,6 +42,11 @@ def create_app(settings: Settings | None = None, *, models: ModelRegistry | None
         if not settings.api_keys and settings.host not in LOOPBACK_HOSTS:
             log.warning("listening on %s without API keys: anyone who can reach it may use it "
                         "(set TOKENWIRE_API_KEYS)", settings.host)
+        log.info("raw prompts with control ids (completions ids, /inference/v1/generate): %s",
+                 "allowed" if settings.raw_prompts_allowed(None) else
+                 f"only for {len(settings.raw_prompt_keys)} key(s)"
+                 if settings.raw_prompts == "auto" and settings.raw_prompt_keys else
+                 "refused")
         n = tokenizers.load_store()
         log.info("%d tokenizer versions in %s", n, settings.tokenizer_store)
         if not preloaded:

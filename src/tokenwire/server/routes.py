@@ -76,7 +76,10 @@ async def _respond(request: Request, stream: bool,
                    make_whole: Callable[[], Awaitable[BaseModel]]) -> Response:
     """SSE for a stream (errors before the first chunk are still plain HTTP errors), else JSON."""
     if stream:
-        chunks = await make_stream()
+        try:  # admission may wait (an upstream's prefill): a client gone meanwhile frees it
+            chunks = await _unless_disconnected(request, make_stream())
+        except _ClientGone:
+            return Response(status_code=499)
         return StreamingResponse(sse_frames(chunks), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache"})
     try:

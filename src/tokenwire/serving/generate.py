@@ -94,6 +94,11 @@ class GenerateService(GenerationService):
         if sp.n > self._settings.max_n:
             raise InvalidRequestError(f"n must be at most {self._settings.max_n}",
                                       param="sampling_params.n", code="invalid_value")
+        opts = req.stream_options
+        if opts is not None and opts.continuous_usage_stats:
+            raise UnsupportedParameterError(
+                "'stream_options.continuous_usage_stats' is not supported by this server",
+                param="stream_options.continuous_usage_stats")
         if req.stream_options is not None and not req.stream:
             raise InvalidRequestError("stream_options is only allowed when stream is true",
                                       param="stream_options", code="invalid_value")
@@ -123,13 +128,19 @@ class GenerateService(GenerationService):
 
     async def _start(self, plan: _Plan) -> AsyncGenerator[ChoiceUpdate, None]:
         sp = plan.req.sampling_params
+        # vLLM's rule: more tokens asked than the context leaves end in "length", not a 400
+        # (RL loops send a fixed max_tokens with prompts that grow turn by turn)
+        room = plan.model.max_model_len - len(plan.prompt)
+        requested = min(sp.max_tokens, room) if sp.max_tokens is not None and room > 0 \
+            else sp.max_tokens
         budget = completion_budget(
             prompt_len=len(plan.prompt), max_model_len=plan.model.max_model_len,
-            requested=sp.max_tokens, prompt_param="token_ids",
+            requested=requested, prompt_param="token_ids",
             limit_param="sampling_params.max_tokens", cap=self._settings.max_tokens_limit)
         params = choice_params(
             n=sp.n, max_tokens=budget, temperature=sp.temperature, top_p=sp.top_p,
-            seed=sp.seed, logprobs=sp.logprobs, presence_penalty=sp.presence_penalty,
+            seed=None if sp.seed == -1 else sp.seed,  # vLLM: -1 is no seed
+            logprobs=sp.logprobs, presence_penalty=sp.presence_penalty,
             frequency_penalty=sp.frequency_penalty, prompt_logprobs=sp.prompt_logprobs,
             stop_token_ids=frozenset(sp.stop_token_ids or ()), ignore_eos=sp.ignore_eos,
             cache_salt=plan.req.cache_salt)

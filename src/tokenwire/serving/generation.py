@@ -20,7 +20,7 @@ from ..engines.base import (
     SamplingParams,
     TokenEvent,
 )
-from ..errors import InvalidRequestError
+from ..errors import InvalidRequestError, ServiceUnavailableError
 from ..tokenizers.hf import HFTokenizer
 from .output import Delta, OutputDecoder
 
@@ -117,10 +117,18 @@ async def _pump(index: int, stream: EventStream, decoder: OutputDecoder,
                 out.put_nowait(ChoiceUpdate(index, decoder.finish(), ev.reason, stop_reason,
                                             n_sampled, stop_event=ev.stop_token))
                 return
+        raise ServiceUnavailableError("the engine ended a sequence without finishing it")
     except Exception as exc:  # noqa: BLE001 - handed to the consumer, which raises it
         out.put_nowait(exc)
     finally:
         await stream.aclose()
+
+
+async def _close_admitted(tasks: Sequence[asyncio.Future[EventStream]]) -> None:
+    await asyncio.gather(*tasks, return_exceptions=True)
+    for t in tasks:
+        if not t.cancelled() and t.exception() is None:
+            await t.result().aclose()
 
 
 async def run_choices(engine: Engine, jobs: Sequence[tuple[Sequence[int], SamplingParams]],
@@ -134,15 +142,21 @@ async def run_choices(engine: Engine, jobs: Sequence[tuple[Sequence[int], Sampli
         raise InvalidRequestError(
             f"this request needs {len(jobs)} sequences (prompts x n); this server holds at "
             f"most {most} at once", param="n", code="invalid_value")
-    # admitted together (one round trip, not n, on an upstream); all or none
-    admitted = await asyncio.gather(*(engine.submit(prompt, p) for prompt, p in jobs),
-                                    return_exceptions=True)
-    streams = [s for s in admitted if not isinstance(s, BaseException)]
-    failed = [s for s in admitted if isinstance(s, BaseException)]
+    # admitted together (one round trip, not n, on an upstream); all or none, also when the
+    # client goes away meanwhile (cancelled): what was admitted is closed again
+    tasks = [asyncio.ensure_future(engine.submit(prompt, p)) for prompt, p in jobs]
+    try:
+        await asyncio.wait(tasks)
+    except BaseException:
+        for t in tasks:
+            t.cancel()
+        await _close_admitted(tasks)
+        raise
+    failed = [t.exception() for t in tasks if t.exception() is not None]
     if failed:
-        for s in streams:
-            await s.aclose()
-        raise failed[0]
+        await _close_admitted(tasks)
+        raise failed[0]  # type: ignore[misc]
+    streams = [t.result() for t in tasks]
     decoders = [OutputDecoder(tokenizer, stop, token_aligned=token_aligned,
                               keep_stop_token=keep_stop_token) for _ in streams]
     return _merge(streams, decoders, output_check)

@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import Settings
-from ..errors import ServiceUnavailableError, UnsupportedParameterError
+from ..engines.base import ReplicaLostError
+from ..errors import UnsupportedParameterError
 from ..protocol.common import ResponseWarning
 from ..tokenizers.registry import TokenizerRegistry
 from .generation import ChoiceResult, ChoiceUpdate, collect
@@ -97,7 +98,7 @@ class GenerationService:
         updates = await start()
         try:
             return await collect(updates, n)
-        except ServiceUnavailableError as exc:
+        except ReplicaLostError as exc:
             log.warning("engine lost the request mid-generation (%s); running it again", exc)
         return await collect(await start(), n)
 
