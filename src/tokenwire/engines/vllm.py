@@ -131,6 +131,8 @@ class VllmEngine(UpstreamEngine):
         status, _ = await self.call(replica, "POST", GENERATE, {})
         if status == 401:
             raise ValueError("it refused our credentials (set --upstream-api-key)")
+        if status not in (400, 422, 403, 404, 405, 501):  # failed this time: ask again later
+            raise ValueError(f"its generate probe answered {status}")
         api = GENERATE if status in (400, 422) else COMPLETIONS
         return UpstreamInfo(model=str(card["id"]), max_model_len=length, mode=api)
 
