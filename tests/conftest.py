@@ -4,7 +4,6 @@ import asyncio
 import contextlib
 import json
 import os
-import socket
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -16,7 +15,7 @@ import pytest
 import uvicorn
 
 from tests.fakes import MODEL, FakeEngine
-from tests.upstreams import Upstream, llama_server, tokenwire_upstream
+from tests.upstreams import Upstream, free_port, llama_server, tokenwire_upstream
 from tokenwire.config import Settings, default_model_path
 from tokenwire.engines.llamacpp import LlamaCppEngine
 from tokenwire.server.app import create_app
@@ -62,10 +61,7 @@ def engine(model_path: Path) -> Iterator[LlamaCppEngine]:
     asyncio.run(eng.aclose())
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+_free_port = free_port  # the name the tests import
 
 
 @dataclass
