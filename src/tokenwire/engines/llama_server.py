@@ -22,6 +22,7 @@ does not reuse it (`cache_prompt: false`), so tenants never share cached prefixe
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -81,10 +82,7 @@ class LlamaServerEngine(UpstreamEngine):
                             mode=f"{props.get('total_slots', '?')} slots")
 
     def engine_info(self, first: UpstreamInfo) -> EngineInfo:
-        base = super().engine_info(first)
-        return EngineInfo(model=base.model, max_model_len=base.max_model_len,
-                          vocab_size=base.vocab_size, eog_ids=base.eog_ids,
-                          supports_prompt_logprobs=False)
+        return dataclasses.replace(super().engine_info(first), supports_prompt_logprobs=False)
 
     async def tokenize(self, replica: Replica, texts: Sequence[str]) -> list[list[int]] | None:
         got = await self.tokenize_each(replica, texts, "/tokenize", lambda t: {

@@ -18,6 +18,7 @@ no text-API field: all refused by name. Usage counts the upstream's own tokens.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -82,11 +83,8 @@ class OpenAITextEngine(UpstreamEngine):
         return None  # a text server has no ids to compare
 
     def engine_info(self, first: UpstreamInfo) -> EngineInfo:
-        base = super().engine_info(first)
-        return EngineInfo(model=base.model, max_model_len=base.max_model_len,
-                          vocab_size=base.vocab_size, eog_ids=base.eog_ids,
-                          token_ids_source="retokenized", supports_logprobs=False,
-                          supports_prompt_logprobs=False)
+        return dataclasses.replace(super().engine_info(first), token_ids_source="retokenized",
+                                   supports_logprobs=False, supports_prompt_logprobs=False)
 
     def request(self, replica: Replica, prompt: Sequence[int],
                 params: SamplingParams) -> tuple[str, dict[str, Any]]:
