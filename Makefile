@@ -18,6 +18,10 @@ export TOKENWIRE_LLAMA_SERVER ?= $(LLAMA_SERVER_DIR)/llama-server
 CLIENTS := .venv-clients
 CLIENTS_INSTALLED := $(CLIENTS)/.installed
 export TOKENWIRE_CLIENTS_PYTHON ?= $(abspath $(CLIENTS))/bin/python
+# strands-agents with the strands-vllm provider: a virtualenv of its own (it needs openai<2)
+STRANDS := .venv-strands
+STRANDS_INSTALLED := $(STRANDS)/.installed
+export TOKENWIRE_STRANDS_PYTHON ?= $(abspath $(STRANDS))/bin/python
 
 .PHONY: install serve test test-quick lint bench clean
 
@@ -42,6 +46,12 @@ $(CLIENTS_INSTALLED): tests/clients/requirements.txt
 	$(CLIENTS)/bin/pip install --quiet -r tests/clients/requirements.txt
 	touch $@
 
+$(STRANDS_INSTALLED): tests/clients/strands-requirements.txt
+	$(PYTHON) -m venv $(STRANDS)
+	$(STRANDS)/bin/pip install --quiet --upgrade pip
+	$(STRANDS)/bin/pip install --quiet -r tests/clients/strands-requirements.txt
+	touch $@
+
 $(TOKENWIRE_LLAMA_SERVER): | $(BIN)/python
 	scripts/build-llama-server.sh $(LLAMA_CPP_VERSION) $(LLAMA_SERVER_DIR) $(BIN)/pip
 
@@ -52,7 +62,7 @@ serve: install
 # gateway in front of a second tokenwire process, and in front of llama-server (the gateway's
 # own tests, which start their upstreams themselves, run once)
 GATEWAY_RUN := --ignore=tests/e2e/test_gateway.py
-test: $(DEV_INSTALLED) $(TOKENWIRE_LLAMA_SERVER) $(CLIENTS_INSTALLED)
+test: $(DEV_INSTALLED) $(TOKENWIRE_LLAMA_SERVER) $(CLIENTS_INSTALLED) $(STRANDS_INSTALLED)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 	TOKENWIRE_TEST_UPSTREAM=tokenwire $(BIN)/python -m pytest tests/e2e $(GATEWAY_RUN) $(PYTEST_ARGS)
 	TOKENWIRE_TEST_UPSTREAM=llama-server $(BIN)/python -m pytest tests/e2e $(GATEWAY_RUN) $(PYTEST_ARGS)
@@ -69,4 +79,4 @@ bench: $(DEV_INSTALLED)
 	$(BIN)/python bench/run.py
 
 clean:
-	rm -rf $(VENV) $(CLIENTS) build src/*.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(CLIENTS) $(STRANDS) build src/*.egg-info .pytest_cache .mypy_cache .ruff_cache

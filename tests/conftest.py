@@ -19,8 +19,8 @@ from tests.upstreams import Upstream, free_port, llama_server, tokenwire_upstrea
 from tokenwire.config import Settings, default_model_path
 from tokenwire.engines.llamacpp import LlamaCppEngine
 from tokenwire.server.app import create_app
+from tokenwire.serving.loader import load_template
 from tokenwire.serving.models import ModelRegistry, ServedModel
-from tokenwire.serving.template import ChatTemplate
 from tokenwire.tokenizers.gguf import tokenizer_from_gguf
 from tokenwire.tokenizers.hf import HFTokenizer
 from tokenwire.tokenizers.registry import TokenizerRegistry
@@ -167,13 +167,10 @@ def make_app(gguf_info: TokenizerSource, fake_engine: FakeEngine, registry: Toke
                                   chat_template=gguf_info.chat_template,
                                   bos_id=gguf_info.bos_id, eos_id=gguf_info.eos_id,
                                   add_bos=gguf_info.add_bos)
-        assert gguf_info.chat_template is not None
-        template = ChatTemplate(gguf_info.chat_template, tok, bos_id=gguf_info.bos_id,
-                                eos_id=gguf_info.eos_id, add_bos=gguf_info.add_bos)
+        settings = Settings(tokenizer_store=tmp_path / "store", **overrides)  # type: ignore[arg-type]
         models = ModelRegistry()
         models.add(ServedModel(id=MODEL, engine=fake_engine, tokenizer_entry=entry,
-                               template=template))
-        settings = Settings(tokenizer_store=tmp_path / "store", **overrides)  # type: ignore[arg-type]
+                               template=load_template(settings, gguf_info)))
         return create_app(settings, models=models, tokenizers=registry)
 
     return make

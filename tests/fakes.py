@@ -33,6 +33,7 @@ class FakeEngine:
         self.script = list(script)
         self.delay = delay
         self.prompts: list[list[int]] = []
+        self.params: list[SamplingParams] = []
         self.active = 0
         self.refuse: Exception | None = None
         """Raised at admission (e.g. a full queue)."""
@@ -66,6 +67,7 @@ class FakeEngine:
         if self.refuse is not None:
             raise self.refuse
         self.prompts.append(list(prompt))
+        self.params.append(params)
         return self._run(list(prompt), params)
 
     async def _run(self, prompt: list[int], params: SamplingParams,

@@ -153,6 +153,14 @@ class Settings(BaseSettings):
     )
     max_body_bytes: int = Field(8 * 1024 * 1024, ge=1024, description="Larger bodies: 413.")
     max_messages: int = Field(1024, ge=1, description="Most messages in one chat request.")
+    chat_template: Path | None = Field(
+        None, description="A Jinja chat template file used instead of the model's own (e.g. "
+        "one that renders tools; docs/api.md)."
+    )
+    check_drift: bool = Field(
+        False, description="Warn on every chat request whose assistant `token_ids` differ from "
+        "their content's encoding (a request can ask with `check_drift`)."
+    )
     max_prompts: int = Field(64, ge=1, description="Most prompts in one completions request.")
     max_request_token_ids: int = Field(
         1 << 20, ge=1, description="Most token ids one request may send, all fields together."

@@ -1,5 +1,6 @@
 """Clients written for vLLM, nobody here wrote, against the live server (embedded, or a
-gateway): verifiers' TrainClient renders chat locally and calls /inference/v1/generate."""
+gateway): verifiers' TrainClient renders chat locally and calls /inference/v1/generate;
+strands-agents runs a tool-calling agent through the strands-vllm provider."""
 
 from __future__ import annotations
 
@@ -19,14 +20,37 @@ pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
 MODEL = "SmolLM2-135M-Instruct"
 ROLLOUT = Path(__file__).parents[1] / "clients" / "verifiers_rollout.py"
+STRANDS_AGENT = Path(__file__).parents[1] / "clients" / "strands_agent.py"
 
 
-def clients_python() -> str:
-    python = os.environ.get("TOKENWIRE_CLIENTS_PYTHON", "")
+def clients_python(variable: str = "TOKENWIRE_CLIENTS_PYTHON") -> str:
+    python = os.environ.get(variable, "")
     if not Path(python).is_file():
-        pytest.fail("no virtualenv with verifiers: `make test` builds it and sets "
-                    "TOKENWIRE_CLIENTS_PYTHON", pytrace=False)
+        pytest.fail(f"no virtualenv with the client: `make test` builds it and sets {variable}",
+                    pytrace=False)
     return python
+
+
+def test_a_strands_agent_calls_its_tool_and_the_provider_gets_the_ids(
+        live_server: LiveServer) -> None:
+    run = subprocess.run([clients_python("TOKENWIRE_STRANDS_PYTHON"), str(STRANDS_AGENT),
+                          live_server.base_url, MODEL], capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    [line] = [x for x in run.stdout.splitlines() if x.startswith("{")]
+    out = json.loads(line)
+    assert out["calls"] and all(isinstance(c, str) and c for c in out["calls"])
+    history = out["history"]
+    assert len(history) >= 2  # the call, then the model call that read the tool's result
+    for turn in history:
+        assert turn["prompt_token_ids"] and turn["token_ids"]
+    with httpx.Client(base_url=live_server.url, timeout=120) as http:
+        text = http.post("/v1/detokenize", json={"tokenizer_version": "smollm2-49k",
+                                                 "tokens": history[0]["token_ids"]}).json()
+    assert '<tool_call>\n{"name": "get_weather", "arguments": ' in text["prompt"]
+    # each prompt starts with the one before it (the history grows, nothing re-rendered there)
+    for a, b in zip(history, history[1:], strict=False):
+        assert b["prompt_token_ids"][:len(a["prompt_token_ids"])] == a["prompt_token_ids"]
 
 
 def test_a_verifiers_trainclient_rollout(live_server: LiveServer, tmp_path: Path) -> None:

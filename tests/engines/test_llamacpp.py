@@ -26,7 +26,7 @@ def prompt_of(gguf_info: TokenizerSource):  # type: ignore[no-untyped-def]
                         eos_id=gguf_info.eos_id, add_bos=gguf_info.add_bos)
 
     def prompt(question: str) -> list[int]:
-        return tmpl.render([TemplateMessage("user", tok.encode(question))])
+        return tmpl.render([TemplateMessage("user", tok.encode(question))]).ids
 
     return prompt
 

@@ -448,3 +448,40 @@ async def test_replicas_must_serve_the_same_model(tok, gguf_info, model_path) ->
                 assert [r.served for r in eng.health().replicas] == [3, 0]
         finally:
             await eng.aclose()
+
+
+# -- grammars (tool calls, structured output) ---------------------------------------------
+
+
+async def test_grammars_go_upstream_in_each_protocols_fields(tok, gguf_info, model_path) -> None:  # type: ignore[no-untyped-def]
+    """vLLM: `structured_outputs.grammar` (StructuredOutputsParams), SGLang: `ebnf`,
+    llama-server: `grammar` with `grammar_lazy`/`grammar_triggers` (server-task.cpp); vLLM and
+    SGLang say they have no lazy grammar, so serving never sends them one."""
+    from tokenwire.engines.base import Grammar
+
+    eager = Grammar('root ::= "a"')
+    lazy = Grammar('root ::= "<tool_call>" [a-z]+', triggers=("<tool_call>",))
+    final = shape("vllm", "generate_stream_final_chunk_v034")
+    up = Upstream(tok, vllm_routes(lambda r: sse(final)))
+    async with engine("vllm", up, gguf_info, model_path) as eng:
+        assert eng.info.supports_grammar and not eng.info.supports_lazy_grammar
+        await run(eng, [1, 2], grammar=eager)
+        [sent] = up.generation_bodies("/inference/v1/generate")
+        assert set(sent["sampling_params"]) <= VLLM_SAMPLING_FIELDS
+        assert sent["sampling_params"]["structured_outputs"] == {"grammar": eager.gbnf}
+    chunk = shape("sglang", "generate_stream_chunk_cumulative_final")
+    up = Upstream(tok, sglang_routes(lambda r: sse(chunk)))
+    async with engine("sglang", up, gguf_info, model_path) as eng:
+        assert not eng.info.supports_lazy_grammar
+        await run(eng, [1, 2], grammar=eager)
+        [sent] = up.generation_bodies("/generate")
+        assert set(sent["sampling_params"]) <= SGLANG_SAMPLING_FIELDS
+        assert sent["sampling_params"]["ebnf"] == eager.gbnf
+    up = Upstream(tok, llama_routes(lambda r: captured("completion_stream_eos_return_tokens")))
+    async with engine("llama-server", up, gguf_info, model_path) as eng:
+        assert eng.info.supports_lazy_grammar
+        await run(eng, [1, 2], grammar=lazy)
+        [sent] = up.generation_bodies("/completion")
+        assert sent["grammar"] == lazy.gbnf and sent["grammar_lazy"] is True
+        assert sent["grammar_triggers"] == [{"type": 1, "value": "<tool_call>"}]
+        assert sent["preserved_tokens"] == ["<tool_call>"]

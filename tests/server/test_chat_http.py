@@ -205,6 +205,8 @@ def _ids(ids: Any, **kw: Any) -> dict[str, Any]:
                                                        "token_ids": ids}}], **kw)
 
 
+TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+
 BAD: list[tuple[str, Any, int, str, str | None]] = [
     ("no messages", {"model": MODEL}, 400, "missing_required_parameter", "messages"),
     ("empty messages", body(messages=[]), 400, "invalid_value", "messages"),
@@ -248,8 +250,36 @@ BAD: list[tuple[str, Any, int, str, str | None]] = [
     ("unknown field", body(foo=1), 400, "unknown_parameter", "foo"),
     ("string temperature", body(temperature="1"), 400, "invalid_type", "temperature"),
     ("temperature too high", body(temperature=3), 400, "invalid_value", "temperature"),
-    ("tools", body(tools=[{"type": "function", "function": {"name": "f"}}]), 400,
-     "unsupported_parameter", "tools"),
+    ("legacy functions", body(functions=[{"name": "f"}]), 400, "unsupported_parameter",
+     "functions"),
+    ("tool_choice without tools", body(tool_choice="required"), 400, "invalid_value",
+     "tool_choice"),
+    ("unknown named tool", body(tools=[TOOL], tool_choice={
+        "type": "function", "function": {"name": "g"}}), 400, "invalid_value",
+     "tool_choice.function.name"),
+    ("bad function name", body(tools=[{"type": "function", "function": {"name": "a b"}}]),
+     400, "invalid_value", "tools[0].function.name"),
+    ("unenforceable schema keyword", body(response_format={
+        "type": "json_schema", "json_schema": {"name": "n", "schema": {
+            "type": "object", "properties": {"n": {"type": "integer", "minimum": 1}}}}}),
+     400, "unsupported_parameter", "response_format.json_schema.schema.properties.n.minimum"),
+    ("unenforceable tool schema keyword", body(tools=[{"type": "function", "function": {
+        "name": "f", "parameters": {"type": "object", "not": {}}}}], tool_choice="required"),
+     400, "unsupported_parameter", "tools[0].function.parameters.not"),
+    ("json format with tools", body(tools=[TOOL], response_format={"type": "json_object"}),
+     400, "unsupported_parameter", "response_format"),
+    ("tool message without its call id", body(messages=[
+        {"role": "user", "content": "x"}, {"role": "tool", "content": "1"}]), 400,
+     "missing_required_parameter", "messages[1].tool_call_id"),
+    ("reserved character in a name", body(messages=[
+        {"role": "user", "content": "x", "name": "a\ue002b"}]), 400, "invalid_value",
+     "messages[0].name"),
+    ("tool_calls on a user message", body(messages=[{"role": "user", "content": "x",
+        "tool_calls": [{"id": "c", "type": "function",
+                        "function": {"name": "f", "arguments": "{}"}}]}]), 400,
+     "invalid_value", "messages[0].tool_calls"),
+    ("prompt_logprobs streamed", body(prompt_logprobs=1, stream=True), 400, "invalid_value",
+     "prompt_logprobs"),
     ("n zero", body(n=0), 400, "invalid_value", "n"),
     ("n too large", body(n=1000), 400, "invalid_value", "n"),
     ("top_logprobs alone", body(top_logprobs=2), 400, "invalid_value", "top_logprobs"),

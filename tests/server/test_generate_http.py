@@ -4,6 +4,7 @@ the shapes are compared with vLLM's own, recorded from its source in tests/engin
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -150,3 +151,28 @@ async def test_prompt_logprobs_in_vllm_shape(client: httpx.AsyncClient, tok: HFT
     for pos, row in enumerate(rows[1:], start=1):
         assert str(prompt[pos]) in row  # the prompt token, then the most likely ones
         assert all(set(v) <= {"logprob", "rank"} for v in row.values())
+
+
+async def test_structured_outputs_reach_the_engine_or_are_refused_by_name(
+        client: httpx.AsyncClient, tok: HFTokenizer, fake_engine: FakeEngine) -> None:
+    """vLLM's `structured_outputs`: a grammar, a schema or any JSON object is honoured (a
+    gateway's vLLM adapter sends the grammar this way); what is not, is refused by name."""
+    gbnf = 'root ::= "yes"'
+    r = await generate(client, body(tok, structured_outputs={"grammar": gbnf}))
+    assert r.status_code == 200, r.text
+    assert fake_engine.params[-1].grammar is not None
+    assert fake_engine.params[-1].grammar.gbnf == gbnf
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    for so in ({"json": schema}, {"json": json.dumps(schema)}, {"json_object": True}):
+        r = await generate(client, body(tok, structured_outputs=so))
+        assert r.status_code == 200, (so, r.text)
+        assert re.search(r"^root +::=", fake_engine.params[-1].grammar.gbnf, re.M)  # type: ignore[union-attr]
+    for so, param in [
+        ({"regex": "a+"}, "sampling_params.structured_outputs.regex"),
+        ({"grammar": gbnf, "json_object": True}, "sampling_params.structured_outputs"),
+        ({"json": {"type": "integer", "minimum": 3}},
+         "sampling_params.structured_outputs.json.minimum"),
+    ]:
+        r = await generate(client, body(tok, structured_outputs=so))
+        assert r.status_code == 400, so
+        assert r.json()["error"]["param"] == param

@@ -302,3 +302,24 @@ async def test_requests_larger_than_the_engine_are_400(client: httpx.AsyncClient
     refused(r, "invalid_value", "n")  # 6 sequences could never all be admitted: not a 429
     assert (await client.post("/v1/completions", json={"model": MODEL, "prompt": ["a", "b"],
                                                        "n": 2})).status_code == 200
+
+
+async def test_the_policy_reads_tool_definitions_arguments_and_results(
+        guarded: httpx.AsyncClient) -> None:
+    call = {"id": "c1", "type": "function",
+            "function": {"name": "f", "arguments": json.dumps({"q": PHRASE})}}
+    cases = {
+        "messages[1].tool_calls[0].function.arguments": [
+            {"role": "user", "content": "hi"}, {"role": "assistant", "tool_calls": [call]}],
+        "messages[1].content": [
+            {"role": "user", "content": "hi"},
+            {"role": "tool", "tool_call_id": "c1", "content": PHRASE}],
+    }
+    for param, messages in cases.items():
+        r = await guarded.post("/v1/chat/completions", json=chat(messages))
+        assert r.status_code == 400, param
+        assert r.json()["error"]["code"] == "content_policy_violation", param
+    tool = {"type": "function", "function": {"name": "f", "description": PHRASE}}
+    r = await guarded.post("/v1/chat/completions",
+                           json={**chat([{"role": "user", "content": "hi"}]), "tools": [tool]})
+    assert r.json()["error"]["code"] == "content_policy_violation"

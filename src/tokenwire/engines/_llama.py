@@ -9,12 +9,17 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 from pathlib import Path
+from typing import cast
 
 import llama_cpp as L
 import numpy as np
 
-__all__ = ["Batch", "LlamaModel", "Sampler", "silence_logs", "vocab_eog_ids"]
+from .base import Grammar
+
+__all__ = ["Batch", "GrammarError", "LlamaModel", "Sampler", "check_grammar", "silence_logs",
+           "vocab_eog_ids"]
 
 _LOG_CB = None
 
@@ -153,12 +158,47 @@ class Batch:
         L.llama_batch_free(self.raw)
 
 
-class Sampler:
-    """A C-side `llama_sampler` chain: penalties -> temperature -> top-p -> draw (or greedy)."""
+class GrammarError(ValueError):
+    """llama.cpp could not parse a grammar."""
 
-    def __init__(self, n_vocab: int, *, temperature: float, top_p: float, seed: int,
-                 presence_penalty: float, frequency_penalty: float, window: int):
+
+def _grammar_sampler(vocab: L.llama_vocab_p, grammar: Grammar) -> L.llama_sampler_p:
+    gbnf = grammar.gbnf.encode()
+    if not grammar.lazy:
+        ptr = L.llama_sampler_init_grammar(vocab, gbnf, b"root")
+    else:
+        # llama.cpp's own rule for trigger words (common/sampling.cpp): free text up to the
+        # first word, then the grammar from where the captured word starts
+        words = "|".join(re.escape(w) for w in grammar.triggers)
+        patterns = (ctypes.c_char_p * 1)(f"^[\\s\\S]*?({words})[\\s\\S]*".encode())
+        ptr = L.llama_sampler_init_grammar_lazy_patterns(vocab, gbnf, b"root", patterns, 1,
+                                                         None, 0)
+    if not ptr:
+        raise GrammarError("llama.cpp could not parse the grammar")
+    return cast("L.llama_sampler_p", ptr)
+
+
+def check_grammar(model: LlamaModel, grammar: Grammar) -> None:
+    """Raise `GrammarError` unless llama.cpp parses `grammar` (it only reads the vocabulary,
+    so any thread may call this)."""
+    L.llama_sampler_free(_grammar_sampler(model.vocab, grammar))
+
+
+class Sampler:
+    """A C-side `llama_sampler` chain: grammar -> penalties -> temperature -> top-p -> draw (or
+    greedy)."""
+
+    def __init__(self, model: LlamaModel, *, temperature: float, top_p: float, seed: int,
+                 presence_penalty: float, frequency_penalty: float, window: int,
+                 grammar: Grammar | None = None):
+        n_vocab = model.n_vocab
         self.ptr = L.llama_sampler_chain_init(L.llama_sampler_chain_default_params())
+        if grammar is not None:
+            try:
+                L.llama_sampler_chain_add(self.ptr, _grammar_sampler(model.vocab, grammar))
+            except GrammarError:
+                self.free()
+                raise
         if presence_penalty or frequency_penalty:
             # OpenAI's penalties count only the output (the prompt is never accepted here);
             # `window` covers all of it

@@ -29,6 +29,7 @@ __all__ = [
     "EngineInfo",
     "EventStream",
     "FinishEvent",
+    "Grammar",
     "PromptLogprobsEvent",
     "ReplicaHealth",
     "ReplicaLostError",
@@ -46,6 +47,21 @@ class ReplicaLostError(ServiceUnavailableError):
 class EngineStartError(RuntimeError):
     """The engine cannot serve: no upstream answered, or the upstream is not the model it was
     configured as. An operator's error at start, never sent to a client."""
+
+
+@dataclass(frozen=True)
+class Grammar:
+    """A GBNF grammar the output must follow (llama.cpp's syntax, which llama-server, vLLM's
+    xgrammar backend and SGLang's `ebnf` read too)."""
+
+    gbnf: str
+    triggers: tuple[str, ...] = ()
+    """Lazy: the output is free until one of these words appears; from that word on (the word
+    included) it follows the grammar. Empty: the grammar holds from the first token."""
+
+    @property
+    def lazy(self) -> bool:
+        return bool(self.triggers)
 
 
 @dataclass(frozen=True)
@@ -68,6 +84,9 @@ class SamplingParams:
     """Ids that end the output like an end-of-generation id (beside the model's own)."""
     ignore_eos: bool = False
     """Do not stop at the model's end-of-generation ids (`stop_token_ids` still stop)."""
+    grammar: Grammar | None = None
+    """Constrained decoding (tool calls, `response_format`); engines that cannot are refused
+    before admission (`EngineInfo.supports_grammar`)."""
     cache_salt: str | None = None
     """Isolates prefix-cache reuse between tenants: passed to vLLM and SGLang; llama-server,
     which cannot salt, does not reuse its cache for a salted request."""
@@ -135,6 +154,10 @@ class EngineInfo:
     """Can report logprobs of sampled tokens (with ids)."""
     supports_prompt_logprobs: bool = True
     """Can score prompt tokens (`echo` with logprobs, `prompt_logprobs`)."""
+    supports_grammar: bool = True
+    """Can constrain decoding by a `Grammar` that holds from the first token."""
+    supports_lazy_grammar: bool = True
+    """Can constrain decoding by a lazy `Grammar` (one that starts at a trigger word)."""
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,8 @@ against that server built from them (docs/engines.md). Its conventions, translat
   greedy, `temperature` then `top_p` then the seeded draw otherwise, none of llama-server's
   own defaults (top-k 40, min-p 0.05, ...) in between;
 - `n_probs` gives raw (pre-sampling) logprobs with ids, one entry per chunk;
+- a grammar goes as `grammar` (GBNF), a lazy one with `grammar_lazy` and `grammar_triggers`
+  (`{"type": 1, "value": word}`, type 1 being COMMON_GRAMMAR_TRIGGER_TYPE_WORD);
 - fields whose llama-server meaning differs are refused by name: penalties (it counts the
   prompt too; OpenAI's count the output only), `ignore_eos` (it bans EOG ids instead of
   sampling past them), prompt logprobs (it has none);
@@ -127,6 +129,15 @@ class LlamaServerEngine(UpstreamEngine):
             body["seed"] = params.seed
         if params.logprobs is not None:
             body["n_probs"] = max(1, params.logprobs)  # 0 would send no logprob at all
+        g = params.grammar
+        if g is not None:
+            body["grammar"] = g.gbnf
+            if g.lazy:
+                # type 1: a trigger word (the grammar holds from the word on, word included);
+                # a word that is one token must also be a preserved token
+                body["grammar_lazy"] = True
+                body["grammar_triggers"] = [{"type": 1, "value": w} for w in g.triggers]
+                body["preserved_tokens"] = list(g.triggers)
         return "/completion", body
 
     def decoder(self, replica: Replica, prompt: Sequence[int],

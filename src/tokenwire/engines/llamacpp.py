@@ -24,12 +24,13 @@ import numpy as np
 from ..config import default_model_name
 from ..errors import (
     EngineError,
+    InvalidRequestError,
     RateLimitError,
     ServiceUnavailableError,
 )
 from ..tokenizers.hf import HFTokenizer
 from ..tokenizers.probe import TokenizerParityError, first_mismatch
-from ._llama import Batch, LlamaModel, Sampler
+from ._llama import Batch, GrammarError, LlamaModel, Sampler, check_grammar
 from .base import (
     EngineEvent,
     EngineHealth,
@@ -216,6 +217,12 @@ class LlamaCppEngine:
     async def submit(self, prompt: Sequence[int], params: SamplingParams) -> _EventStream:
         """Admit a sequence now (raising if the engine is down or its queue is full)."""
         check_prompt(prompt, self.info)
+        if params.grammar is not None:
+            try:
+                check_grammar(self.llama, params.grammar)
+            except GrammarError as exc:
+                raise InvalidRequestError(f"{exc} (llama.cpp logs the reason)",
+                                          param="grammar", code="invalid_grammar") from exc
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[EngineEvent | BaseException] = asyncio.Queue()
         seq = _Seq(prompt=list(prompt), params=params, emit=lambda ev: None)
@@ -289,15 +296,21 @@ class LlamaCppEngine:
         p = seq.params
         seq.slot = slot
         seq.stops = p.stops(self.info.eog_ids)
-        seq.sampler = Sampler(
-            llama.n_vocab,
-            temperature=p.temperature,
-            top_p=p.top_p,
-            seed=p.seed if p.seed is not None else secrets.randbits(32),
-            presence_penalty=p.presence_penalty,
-            frequency_penalty=p.frequency_penalty,
-            window=p.max_tokens,
-        )
+        try:
+            seq.sampler = Sampler(
+                llama,
+                temperature=p.temperature,
+                top_p=p.top_p,
+                seed=p.seed if p.seed is not None else secrets.randbits(32),
+                presence_penalty=p.presence_penalty,
+                frequency_penalty=p.frequency_penalty,
+                window=p.max_tokens,
+                grammar=p.grammar,
+            )
+        except GrammarError as exc:  # serving builds the grammars: a bug, not the client's
+            self._release(seq, self._free)
+            seq.emit(EngineError(str(exc)))
+            return
         self._active.append(seq)
 
     def _release(self, seq: _Seq, free_slots: list[int]) -> None:

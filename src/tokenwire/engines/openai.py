@@ -84,10 +84,14 @@ class OpenAITextEngine(UpstreamEngine):
 
     def engine_info(self, first: UpstreamInfo) -> EngineInfo:
         return dataclasses.replace(super().engine_info(first), token_ids_source="retokenized",
-                                   supports_logprobs=False, supports_prompt_logprobs=False)
+                                   supports_logprobs=False, supports_prompt_logprobs=False,
+                                   supports_grammar=False, supports_lazy_grammar=False)
 
     def request(self, replica: Replica, prompt: Sequence[int],
                 params: SamplingParams) -> tuple[str, dict[str, Any]]:
+        if params.grammar is not None:
+            raise UnsupportedParameterError("a text-only upstream cannot follow a grammar",
+                                            param="response_format")
         if params.logprobs is not None or params.prompt_logprobs is not None:
             raise UnsupportedParameterError(
                 "logprobs need the ids the model sampled; this server's upstream returns text "

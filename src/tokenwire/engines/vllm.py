@@ -23,11 +23,19 @@ Ids are never decoded or re-encoded: `detokenize` is off on generate.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
 from ..errors import ServiceUnavailableError
-from .base import EngineEvent, FinishEvent, PromptLogprobsEvent, SamplingParams, TokenEvent
+from .base import (
+    EngineEvent,
+    EngineInfo,
+    FinishEvent,
+    PromptLogprobsEvent,
+    SamplingParams,
+    TokenEvent,
+)
 from .upstream import ChunkDecoder, Replica, UpstreamEngine, UpstreamInfo
 
 __all__ = ["VllmEngine"]
@@ -123,6 +131,9 @@ class _Decoder(ChunkDecoder):
 class VllmEngine(UpstreamEngine):
     name = "vllm"
 
+    def engine_info(self, first: UpstreamInfo) -> EngineInfo:
+        return dataclasses.replace(super().engine_info(first), supports_lazy_grammar=False)
+
     async def describe(self, replica: Replica) -> UpstreamInfo:
         card = await self.model_card(replica)
         length = card.get("max_model_len")
@@ -164,6 +175,10 @@ class VllmEngine(UpstreamEngine):
             sampling["logprobs"] = min(params.logprobs + 1, 20)
         if params.prompt_logprobs is not None:
             sampling["prompt_logprobs"] = params.prompt_logprobs
+        if params.grammar is not None:
+            # StructuredOutputsParams.grammar: xgrammar reads GBNF (a text holding "::=");
+            # a lazy grammar has no equivalent here (serving does not send one)
+            sampling["structured_outputs"] = {"grammar": params.grammar.gbnf}
         stream = params.prompt_logprobs is None
         if replica.info.mode == GENERATE:
             body: dict[str, Any] = {"token_ids": list(prompt),

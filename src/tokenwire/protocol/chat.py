@@ -7,7 +7,15 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import BeforeValidator, Discriminator, Field, Tag
 
 from ._base import RequestModel, ResponseModel
-from .common import ResponseWarning, StreamOptions, TokenId, TokenLogprob, Usage
+from .common import PromptLogprob, ResponseWarning, StreamOptions, TokenId, TokenLogprob, Usage
+from .tools import (
+    DeltaToolCall,
+    ResponseFormat,
+    ResponseToolCall,
+    Tool,
+    ToolCall,
+    ToolChoice,
+)
 
 __all__ = [
     "ChatChoice",
@@ -20,6 +28,7 @@ __all__ = [
     "ChoiceLogprobs",
     "Content",
     "ContentBlock",
+    "FinishReason",
     "InputTokensBlock",
     "ResponseMessage",
     "TextBlock",
@@ -90,6 +99,10 @@ class ChatMessage(RequestModel):
     """Assistant history only: the ids returned earlier, used verbatim instead of `content`."""
     name: str | None = None
     tool_call_id: str | None = None
+    """Tool messages: the id of the call this is the result of."""
+    tool_calls: list[ToolCall] | None = None
+    """Assistant history: the calls it made. With `token_ids` the ids are the message (the
+    calls are not rendered again); without, the calls are rendered in the tool format."""
 
 
 def _no_int_as_bool(v: Any) -> Any:
@@ -126,16 +139,24 @@ class ChatCompletionRequest(RequestModel):
     stream_options: StreamOptions | None = None
     presence_penalty: Annotated[float, Field(ge=-2, le=2)] = 0.0
     frequency_penalty: Annotated[float, Field(ge=-2, le=2)] = 0.0
+    tools: list[Tool] | None = None
+    tool_choice: ToolChoice | None = None
+    """Default: "auto" with tools, "none" without (OpenAI's)."""
+    parallel_tool_calls: bool = True
+    response_format: ResponseFormat | None = None
+    check_drift: bool | None = None
+    """Warn when an assistant message's `content` encodes to other ids than its `token_ids`
+    (default: the server's `check_drift` setting)."""
+    prompt_logprobs: Annotated[int, Field(ge=0, le=20)] | None = None
+    """vLLM dialect: each prompt token's logprob and the k most likely tokens there."""
+    return_tokens_as_token_ids: bool = False
+    """vLLM dialect: logprob `token` strings spelled `token_id:<id>`."""
     # accepted and ignored, as OpenAI's own API does for most callers
     user: str | None = None
     metadata: dict[str, str] | None = None
     store: bool | None = None
     service_tier: str | None = None
     # OpenAI fields tokenwire does not implement: a non-neutral value is refused by name
-    tools: list[Any] | None = None
-    tool_choice: Any = None
-    parallel_tool_calls: bool | None = None
-    response_format: dict[str, Any] | None = None
     logit_bias: dict[str, Any] | None = None
     functions: list[Any] | None = None
     function_call: Any = None
@@ -147,10 +168,6 @@ class ChatCompletionRequest(RequestModel):
 
     unsupported: ClassVar[dict[str, tuple[Any, ...]]] = {
         # field -> values that mean "feature off"
-        "tools": (None, []),
-        "tool_choice": (None, "none", "auto"),
-        "parallel_tool_calls": (None, False, True),
-        "response_format": (None, {"type": "text"}),
         "logit_bias": (None, {}),
         "functions": (None, []),
         "function_call": (None, "none", "auto"),
@@ -170,11 +187,15 @@ class ChoiceLogprobs(ResponseModel):
     refusal: None = None
 
 
+FinishReason = Literal["stop", "length", "tool_calls", "content_filter"]
+
+
 class ResponseMessage(ResponseModel):
-    omit_if_none = frozenset({"token_ids"})
+    omit_if_none = frozenset({"token_ids", "tool_calls"})
     role: Literal["assistant"] = "assistant"
     content: str | None
     refusal: str | None = None
+    tool_calls: list[ResponseToolCall] | None = None
     token_ids: list[int] | None = None
     """The ids the model sampled (`response_format_tokens`)."""
 
@@ -184,7 +205,7 @@ class ChatChoice(ResponseModel):
     index: int
     message: ResponseMessage
     logprobs: ChoiceLogprobs | None = None
-    finish_reason: Literal["stop", "length", "content_filter"] | None
+    finish_reason: FinishReason | None
     token_ids: list[int] | None = None
     """vLLM dialect (`return_token_ids`): the ids the model sampled."""
     stop_reason: int | str | None = None
@@ -193,8 +214,8 @@ class ChatChoice(ResponseModel):
 
 class _TokenNative(ResponseModel):
     omit_if_none = frozenset(
-        {"prompt_token_ids", "tokenizer_version", "token_ids_source", "usage",
-         "system_fingerprint", "warnings"}
+        {"prompt_token_ids", "tokenizer_version", "template_version", "token_ids_source",
+         "usage", "system_fingerprint", "warnings", "prompt_logprobs"}
     )
     id: str
     created: int
@@ -204,6 +225,8 @@ class _TokenNative(ResponseModel):
     """vLLM dialect (`return_token_ids`): the exact ids the model was fed."""
     tokenizer_version: str | None = None
     """Full id of the version every id in this response belongs to."""
+    template_version: str | None = None
+    """Content hash of the chat template and tool format that rendered the prompt."""
     token_ids_source: Literal["sampled", "translated", "retokenized"] | None = None
     """Provenance of the output ids: "sampled" only when they are the ones the model sampled."""
     warnings: list[ResponseWarning] | None = None
@@ -214,14 +237,20 @@ class ChatCompletion(_TokenNative):
     object: Literal["chat.completion"] = "chat.completion"
     choices: list[ChatChoice]
     usage: Usage | None = None
+    prompt_logprobs: list[dict[str, PromptLogprob] | None] | None = None
+    """vLLM dialect: per prompt position (the first is null), the prompt token and the most
+    likely ones, keyed by id."""
 
 
 class ChatDelta(ResponseModel):
-    omit_if_none = frozenset({"role", "content", "token_ids"})
+    omit_if_none = frozenset({"role", "content", "token_ids", "tool_calls"})
     role: Literal["assistant"] | None = None
     content: str | None = None
     """Never splits a UTF-8 character: may be "" while ids of a partial character arrive."""
+    tool_calls: list[DeltaToolCall] | None = None
     token_ids: list[int] | None = None
+    """The ids of the text this delta carries, in `content` or in a call's `arguments` (or in
+    the tool format's syntax around them)."""
 
 
 class ChatChunkChoice(ResponseModel):
@@ -229,7 +258,7 @@ class ChatChunkChoice(ResponseModel):
     index: int
     delta: ChatDelta
     logprobs: ChoiceLogprobs | None = None
-    finish_reason: Literal["stop", "length", "content_filter"] | None = None
+    finish_reason: FinishReason | None = None
     token_ids: list[int] | None = None
     stop_reason: int | str | None = None
 

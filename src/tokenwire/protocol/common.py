@@ -14,6 +14,7 @@ __all__ = [
     "LogprobEntry",
     "ModelCard",
     "ModelList",
+    "PromptLogprob",
     "ResponseWarning",
     "StreamOptions",
     "TokenId",
@@ -34,9 +35,27 @@ class StreamOptions(RequestModel):
 class ResponseWarning(ResponseModel):
     """Something the server accepted but wants the client to know (e.g. non-canonical ids)."""
 
+    omit_if_none = frozenset({"message_index", "position", "token_id", "canonical_token_id"})
     code: str
     param: str | None
     message: str
+    message_index: int | None = None
+    """`token_drift`: the message whose ids differ from its content's encoding."""
+    position: int | None = None
+    """`token_drift`: the first index (into the message's `token_ids`) where they differ."""
+    token_id: int | None = None
+    """`token_drift`: the sent id there (None: the sent ids end there)."""
+    canonical_token_id: int | None = None
+    """`token_drift`: the content's canonical id there (None: the encoding ends there)."""
+
+
+class PromptLogprob(ResponseModel):
+    """vLLM's `Logprob` of a prompt position's token or candidate."""
+
+    logprob: float
+    rank: int | None = None
+    """1 for the most likely token (None when not known)."""
+    decoded_token: str | None = None
 
 
 class Usage(ResponseModel):
@@ -70,6 +89,8 @@ class ModelCard(ResponseModel):
     """The full id of the tokenizer version this model reads and writes."""
     max_model_len: int
     """Most tokens (prompt + completion) one request may hold."""
+    template_version: str | None = None
+    """Content hash of the chat template and tool format in use (None: no chat template)."""
 
 
 class ModelList(ResponseModel):

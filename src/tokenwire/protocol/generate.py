@@ -21,6 +21,7 @@ from ._base import RequestModel, ResponseModel
 from .common import ResponseWarning, TokenId, Usage
 
 __all__ = [
+    "StructuredOutputs",
     "GenerateChoice",
     "GenerateLogprob",
     "GenerateLogprobEntry",
@@ -36,6 +37,30 @@ __all__ = [
 
 def _listify(v: Any) -> Any:
     return [v] if isinstance(v, str) else v
+
+
+class StructuredOutputs(RequestModel):
+    """vLLM's `StructuredOutputsParams`: exactly one constraint. `json` (a schema), `json_object`
+    and `grammar` (GBNF) are honoured; the others are refused by name."""
+
+    json_: Annotated[dict[str, Any] | str | None, Field(alias="json")] = None
+    grammar: str | None = None
+    json_object: bool | None = None
+    regex: str | None = None
+    choice: list[str] | None = None
+    structural_tag: str | None = None
+    disable_any_whitespace: bool = False
+    disable_additional_properties: bool = False
+    whitespace_pattern: str | None = None
+
+    unsupported: ClassVar[dict[str, tuple[Any, ...]]] = {
+        "regex": (None,),
+        "choice": (None,),
+        "structural_tag": (None,),
+        "disable_any_whitespace": (False,),
+        "disable_additional_properties": (False,),
+        "whitespace_pattern": (None,),
+    }
 
 
 class GenerateSamplingParams(RequestModel):
@@ -76,7 +101,7 @@ class GenerateSamplingParams(RequestModel):
     logit_bias: dict[str, float] | None = None
     allowed_token_ids: list[int] | None = None
     bad_words: list[str] | None = None
-    structured_outputs: dict[str, Any] | None = None
+    structured_outputs: StructuredOutputs | None = None
     guided_decoding: dict[str, Any] | None = None
     logprob_token_ids: list[int] | None = None
     prompt_logprob_token_ids: Any = None
@@ -97,7 +122,6 @@ class GenerateSamplingParams(RequestModel):
         "logit_bias": (None, {}),
         "allowed_token_ids": (None,),
         "bad_words": (None, []),
-        "structured_outputs": (None,),
         "guided_decoding": (None,),
         "logprob_token_ids": (None,),
         "prompt_logprob_token_ids": (None,),

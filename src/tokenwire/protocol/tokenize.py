@@ -7,6 +7,8 @@ from typing import Literal
 from ._base import RequestModel, ResponseModel
 from .chat import ChatMessage
 from .common import TokenId
+from .render import MessageSpan
+from .tools import Tool
 
 __all__ = [
     "DetokenizeRequest",
@@ -28,6 +30,8 @@ class TokenizeRequest(RequestModel):
     prompt: str | None = None
     messages: list[ChatMessage] | None = None
     """The ids are exactly what the chat endpoint would feed the model, template included."""
+    tools: list[Tool] | None = None
+    """With `messages`: rendered as a chat request's tools are."""
     add_special_tokens: bool = True
     """For a `prompt`: add what the model adds to a text prompt (its BOS, if it uses one)."""
     add_generation_prompt: bool = True
@@ -36,7 +40,7 @@ class TokenizeRequest(RequestModel):
 
 
 class TokenizeResponse(ResponseModel):
-    omit_if_none = frozenset({"token_strs"})
+    omit_if_none = frozenset({"token_strs", "spans", "sampled_mask", "template_version"})
     tokens: list[int]
     count: int
     max_model_len: int | None
@@ -44,6 +48,11 @@ class TokenizeResponse(ResponseModel):
     tokenizer_version: str
     token_strs: list[str] | None = None
     """Each id's vocabulary entry, as the tokenizer spells it (e.g. `Ġthe`)."""
+    template_version: str | None = None
+    spans: list[MessageSpan] | None = None
+    """With `messages`: where each message's ids are (as /v1/chat/completions/render)."""
+    sampled_mask: list[int] | None = None
+    """With `messages`: 1 for each id from an assistant message's `token_ids`."""
 
 
 class DetokenizeRequest(RequestModel):

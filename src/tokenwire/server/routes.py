@@ -58,7 +58,7 @@ async def _unless_disconnected(request: Request, work: Awaitable[T]) -> T:
 
 def _card(m: ServedModel) -> ModelCard:
     return ModelCard(id=m.id, created=m.created, tokenizer_version=m.tokenizer_version,
-                     max_model_len=m.max_model_len)
+                     max_model_len=m.max_model_len, template_version=m.template_version)
 
 
 async def list_models(request: Request) -> Response:
@@ -94,6 +94,13 @@ async def chat_completions(request: Request) -> Response:
     service: ChatService = request.app.state.chat
     return await _respond(request, req.stream, lambda: service.stream(req),
                           lambda: service.create(req))
+
+
+async def render_chat(request: Request) -> Response:
+    """vLLM's render: the prompt a chat request would run with, nothing generated."""
+    req = parse_body(await request.body(), ChatCompletionRequest)
+    service: ChatService = request.app.state.chat
+    return ModelResponse(service.render(req))
 
 
 def _caller(request: Request) -> Caller:
@@ -176,6 +183,7 @@ routes = [
     Route("/v1/models", list_models, methods=["GET"]),
     Route("/v1/models/{model:path}", get_model, methods=["GET"]),
     Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+    Route("/v1/chat/completions/render", render_chat, methods=["POST"]),
     Route("/v1/completions", completions, methods=["POST"]),
     Route("/inference/v1/generate", generate, methods=["POST"]),
     Route("/v1/tokenize", tokenize, methods=["POST"]),

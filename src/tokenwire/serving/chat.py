@@ -8,11 +8,12 @@ then returns the iterator of chunks, so every error it can raise happens before 
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ..config import Settings
-from ..errors import ContentPolicyViolationError, InvalidRequestError
+from ..errors import ContentPolicyViolationError, InvalidRequestError, UnsupportedParameterError
 from ..protocol.chat import (
     ChatChoice,
     ChatChunkChoice,
@@ -24,13 +25,28 @@ from ..protocol.chat import (
     ResponseMessage,
 )
 from ..protocol.common import Usage
+from ..protocol.render import MessageSpan, RenderResponse
+from ..protocol.tools import DeltaFunction, DeltaToolCall, ResponseFunction, ResponseToolCall
 from .checks import check_generation_request
+from .constraints import Constraints, resolve_constraints
 from .generation import ChoiceUpdate, run_choices
-from .logprobs import chat_logprobs
-from .messages import check_messages, message_id_spans, message_texts, render_messages
+from .logprobs import chat_logprobs, prompt_logprobs
+from .messages import (
+    Conversation,
+    check_messages,
+    check_tools,
+    drift_warnings,
+    message_id_spans,
+    message_texts,
+    render_messages,
+    tool_texts,
+)
+from .output import Delta
 from .plan import GenerationService, Plan, check_engine_features
 from .sampling import choice_params, completion_budget
 from .tokens import check_id_range
+from .toolformat import HERMES
+from .toolparser import CallPiece, ParsedDelta, ToolCallParser
 
 __all__ = ["ChatService"]
 
@@ -38,18 +54,63 @@ __all__ = ["ChatService"]
 @dataclass(kw_only=True)
 class _Plan(Plan):
     req: ChatCompletionRequest
-    prompt: list[int]
+    conv: Conversation
+    constraints: Constraints
+    budget: int
+
+    @property
+    def prompt(self) -> list[int]:
+        return self.conv.ids
+
+    def envelope(self) -> dict[str, Any]:
+        env = super().envelope()
+        if self.shows_ids:
+            env["template_version"] = self.model.template_version
+        return env
+
+    def parser(self) -> ToolCallParser | None:
+        if not self.constraints.parse_tools:
+            return None
+        return ToolCallParser(HERMES.open_tag, HERMES.close_tag)
+
+    def finish_reason(self, reason: str | None, parser: ToolCallParser | None) -> Any:
+        """A choice that made calls ends with "tool_calls" (a named tool_choice: "stop", as
+        OpenAI's); "length" stays "length"."""
+        if reason == "stop" and parser is not None and parser.calls \
+                and not self.constraints.named:
+            return "tool_calls"
+        return reason
 
 
 def _check_shape(req: ChatCompletionRequest, settings: Settings) -> None:
-    check_generation_request(req, settings, logprobs_requested=req.logprobs)
+    check_generation_request(req, settings,
+                             logprobs_requested=req.logprobs or req.prompt_logprobs is not None)
     if req.top_logprobs is not None and not req.logprobs:
         raise InvalidRequestError("top_logprobs requires logprobs to be true",
                                   param="top_logprobs", code="invalid_value")
+    if req.prompt_logprobs is not None and req.stream:
+        raise InvalidRequestError("prompt_logprobs are returned by non-streaming requests",
+                                  param="prompt_logprobs", code="invalid_value")
     check_messages(req.messages)
     if len(req.messages) > settings.max_messages:
         raise InvalidRequestError(f"at most {settings.max_messages} messages per request",
                                   param="messages", code="invalid_value")
+    check_tools(req.tools or [], req.messages)
+
+
+def _tool_deltas(pieces: Sequence[CallPiece]) -> list[DeltaToolCall] | None:
+    """OpenAI's stream pieces: a call's first carries its id and name (and `arguments: ""`),
+    the next ones pieces of its arguments; pieces of one call in one update are merged."""
+    out: list[DeltaToolCall] = []
+    for p in pieces:
+        if out and out[-1].index == p.index and p.id is None:
+            fn = out[-1].function
+            fn.arguments = (fn.arguments or "") + p.arguments
+            continue
+        out.append(DeltaToolCall(
+            index=p.index, id=p.id, type="function" if p.id is not None else None,
+            function=DeltaFunction(name=p.name, arguments=p.arguments)))
+    return out or None
 
 
 class ChatService(GenerationService):
@@ -57,32 +118,45 @@ class ChatService(GenerationService):
         """Everything checked and the prompt built; nothing has reached the engine yet."""
         _check_shape(req, self._settings)
         model = self._models.get(req.model)
-        check_engine_features(model, logprobs=req.logprobs, prompt_logprobs=False)
+        check_engine_features(model, logprobs=req.logprobs,
+                              prompt_logprobs=req.prompt_logprobs is not None)
+        constraints = resolve_constraints(req, model.engine.info, model.id)
         spans = message_id_spans(req.messages)
         space = self._space(model, req.tokenizer_version, req.tokenizer_fallback, bool(spans))
+        if space.translate and constraints.parse_tools:
+            raise UnsupportedParameterError(
+                "tool calls cannot be combined with tokenizer_fallback 'translate' (the ids "
+                "of each call piece would be re-encoded)", param="tokenizer_fallback")
         check_id_range(spans, space.client.tokenizer)
         warnings = self._guard.check_ids(spans, space.client.tokenizer)
-        texts = message_texts(req.messages, space)
-        self._guard.check_texts([(f"messages[{i}].content", t) for i, t in enumerate(texts)],
+        texts = [(f"messages[{i}].content", t)
+                 for i, t in enumerate(message_texts(req.messages, space))]
+        self._guard.check_texts([*texts, *tool_texts(req.tools or [], req.messages)],
                                 "messages")
-        prompt = render_messages(req.messages, space, model.chat_template())
-        return _Plan(req=req, model=model, space=space, prompt=prompt,
+        template = model.chat_template()
+        conv = render_messages(req.messages, space, template, tools=req.tools or [])
+        check = req.check_drift if req.check_drift is not None else self._settings.check_drift
+        if check:
+            warnings = [*(warnings or []), *drift_warnings(req.messages, space, template)]
+        requested = req.max_completion_tokens or req.max_tokens
+        budget = completion_budget(
+            prompt_len=len(conv.ids), max_model_len=model.max_model_len,
+            requested=requested, prompt_param="messages",
+            limit_param="max_completion_tokens" if req.max_completion_tokens else "max_tokens",
+            cap=self._settings.max_tokens_limit,
+        )
+        return _Plan(req=req, model=model, space=space, conv=conv, constraints=constraints,
+                     budget=budget,
                      shows_ids=bool(req.response_format_tokens) or req.return_token_ids,
                      id=f"chatcmpl-{uuid.uuid4().hex}", warnings=warnings or None)
 
     async def _start(self, plan: _Plan) -> AsyncGenerator[ChoiceUpdate, None]:
         req = plan.req
-        requested = req.max_completion_tokens or req.max_tokens
-        budget = completion_budget(
-            prompt_len=len(plan.prompt), max_model_len=plan.model.max_model_len,
-            requested=requested, prompt_param="messages",
-            limit_param="max_completion_tokens" if req.max_completion_tokens else "max_tokens",
-            cap=self._settings.max_tokens_limit,
-        )
         params = choice_params(
-            n=req.n, max_tokens=budget, temperature=req.temperature, top_p=req.top_p,
+            n=req.n, max_tokens=plan.budget, temperature=req.temperature, top_p=req.top_p,
             seed=req.seed, logprobs=(req.top_logprobs or 0) if req.logprobs else None,
             presence_penalty=req.presence_penalty, frequency_penalty=req.frequency_penalty,
+            prompt_logprobs=req.prompt_logprobs, grammar=plan.constraints.grammar,
         )
         return await run_choices(plan.model.engine, [(plan.prompt, p) for p in params],
                                  plan.model.tokenizer, req.stop or (),
@@ -91,27 +165,67 @@ class ChatService(GenerationService):
 
     # -- responses -----------------------------------------------------------------------------
 
+    def render(self, req: ChatCompletionRequest) -> RenderResponse:
+        """The prompt a request would run with, where each message went, and the loss mask."""
+        plan = self.plan(req)
+        sp: dict[str, Any] = {
+            "n": req.n, "max_tokens": plan.budget, "seed": req.seed,
+            "presence_penalty": req.presence_penalty,
+            "frequency_penalty": req.frequency_penalty,
+        }
+        if req.temperature is not None:
+            sp["temperature"] = req.temperature
+        if req.top_p is not None:
+            sp["top_p"] = req.top_p
+        if req.stop:
+            sp["stop"] = req.stop
+        if req.logprobs:
+            sp["logprobs"] = req.top_logprobs or 0
+        grammar = plan.constraints.grammar
+        if grammar is not None and not grammar.lazy:
+            sp["structured_outputs"] = {"grammar": grammar.gbnf}
+        return RenderResponse(
+            request_id=plan.id, token_ids=plan.prompt, model=plan.model.id,
+            sampling_params=sp, stream=req.stream,
+            tokenizer_version=plan.space.client.version,
+            template_version=plan.model.template_version,
+            spans=[MessageSpan(message_index=i, role=req.messages[i].role, start=a, end=b)
+                   for i, a, b in plan.conv.spans],
+            sampled_mask=plan.conv.sampled, warnings=plan.warnings)
+
     async def create(self, req: ChatCompletionRequest) -> ChatCompletion:
         plan = self.plan(req)
         acc = await self._whole(lambda: self._start(plan), req.n)
         tok = plan.model.tokenizer
+        as_ids = req.return_tokens_as_token_ids
         choices = []
         for i, a in enumerate(acc):
-            text = a.text
-            ids = plan.out_ids(a.ids, text)
+            text: str | None = a.text
+            ids = plan.out_ids(a.ids, a.text)
+            parser = plan.parser()
+            calls = None
+            if parser is not None:
+                parsed = parser.push(Delta(a.ids, a.text))
+                text = parsed.content + parser.finish().content
+                calls = [ResponseToolCall(id=c.id, function=ResponseFunction(
+                    name=c.name, arguments=c.arguments)) for c in parser.calls] or None
+                if calls and not text:
+                    text = None
             choices.append(ChatChoice(
                 index=i,
                 message=ResponseMessage(
                     content=None if req.response_format_tokens == "only" else text,
+                    tool_calls=calls,
                     token_ids=ids if req.response_format_tokens else None,
                 ),
-                logprobs=ChoiceLogprobs(content=chat_logprobs(tok, a.events))
+                logprobs=ChoiceLogprobs(content=chat_logprobs(tok, a.events, as_ids=as_ids))
                 if req.logprobs else None,
-                finish_reason=a.finish_reason,
+                finish_reason=plan.finish_reason(a.finish_reason, parser),
                 token_ids=ids if req.return_token_ids else None,
                 stop_reason=a.stop_reason if plan.shows_ids else None,
             ))
         completion = sum(a.n_sampled for a in acc)
+        scored = acc[0].prompt_logprobs if req.prompt_logprobs is not None else None
         return ChatCompletion(
             **plan.envelope(),
             warnings=plan.warnings,
@@ -120,6 +234,8 @@ class ChatService(GenerationService):
                         total_tokens=len(plan.prompt) + completion),
             prompt_token_ids=plan.prompt if req.return_token_ids and not plan.space.translate
             else None,
+            prompt_logprobs=prompt_logprobs(tok, plan.prompt, scored, as_ids=as_ids)
+            if scored is not None else None,
         )
 
     async def stream(self, req: ChatCompletionRequest) -> AsyncIterator[ChatCompletionChunk]:
@@ -132,9 +248,12 @@ class ChatService(GenerationService):
         req = plan.req
         env = plan.envelope()
         only = req.response_format_tokens == "only"
-        # with token output on, every delta carries token_ids (maybe []): uniform to parse
-        no_ids: list[int] | None = [] if req.response_format_tokens else None
+        # with ids on, every delta carries token_ids (maybe []): uniform to parse
+        delta_ids = bool(req.response_format_tokens) or req.return_token_ids
+        no_ids: list[int] | None = [] if delta_ids else None
         tok = plan.model.tokenizer
+        as_ids = req.return_tokens_as_token_ids
+        parsers = [plan.parser() for _ in range(req.n)]
         first = True
         for i in range(req.n):
             yield ChatCompletionChunk(
@@ -149,23 +268,40 @@ class ChatService(GenerationService):
         completion = 0
         try:
             async for u in updates:
-                if u.delta:
-                    ids = plan.out_ids(u.delta.ids, u.delta.text)
+                parser = parsers[u.index]
+                if parser is None:
+                    parsed: ParsedDelta | None = None
+                    ids, text, events = u.delta.ids, u.delta.text, u.delta.events
+                    visible = bool(u.delta)
+                else:
+                    parsed = parser.push(u.delta)
+                    if u.finish_reason is not None:
+                        tail = parser.finish()
+                        parsed = ParsedDelta(parsed.content + tail.content,
+                                             parsed.calls + tail.calls, parsed.ids + tail.ids,
+                                             parsed.events + tail.events)
+                    ids, text, events = parsed.ids, parsed.content, parsed.events
+                    visible = bool(text or parsed.calls or (ids and delta_ids))
+                if visible:
+                    out = plan.out_ids(ids, text)
                     yield ChatCompletionChunk(**env, choices=[ChatChunkChoice(
                         index=u.index,
                         delta=ChatDelta(
-                            content=None if only else u.delta.text,
-                            token_ids=ids if req.response_format_tokens else None,
+                            content=None if only or (parsed is not None and not text) else text,
+                            tool_calls=_tool_deltas(parsed.calls) if parsed is not None
+                            else None,
+                            token_ids=out if delta_ids else None,
                         ),
-                        logprobs=ChoiceLogprobs(content=chat_logprobs(tok, u.delta.events))
+                        logprobs=ChoiceLogprobs(content=chat_logprobs(tok, events,
+                                                                      as_ids=as_ids))
                         if req.logprobs else None,
-                        token_ids=ids if req.return_token_ids else None,
+                        token_ids=out if req.return_token_ids else None,
                     )])
                 if u.finish_reason is not None:
                     completion += u.n_sampled
                     yield ChatCompletionChunk(**env, choices=[ChatChunkChoice(
                         index=u.index, delta=ChatDelta(token_ids=no_ids),
-                        finish_reason=u.finish_reason,
+                        finish_reason=plan.finish_reason(u.finish_reason, parser),
                         stop_reason=u.stop_reason if plan.shows_ids else None,
                     )])
                     if u.finish_reason == "content_filter":

@@ -10,12 +10,13 @@ sends one event per choice and step, then usage, then `[DONE]`.
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass
 
-from ..engines.base import TokenEvent
+from ..engines.base import Grammar, TokenEvent
 from ..errors import (
     ContentPolicyViolationError,
     InvalidRequestError,
@@ -30,8 +31,11 @@ from ..protocol.generate import (
     GenerateRequest,
     GenerateResponse,
     GenerateStreamResponse,
+    StructuredOutputs,
 )
 from .generation import ChoiceUpdate, run_choices
+from .grammar import json_grammar, schema_grammar
+from .models import ServedModel
 from .plan import ANONYMOUS, Caller, GenerationService, Plan, check_engine_features
 from .sampling import choice_params, completion_budget
 from .tokens import IdSpan, check_id_range, resolve_token_space
@@ -77,9 +81,40 @@ def _prompt_logprobs(prompt: Sequence[int], scored: Sequence[TokenEvent],
     return out
 
 
+def _grammar(so: StructuredOutputs | None, model: ServedModel) -> Grammar | None:
+    """vLLM's structured outputs, as far as they are honoured: a schema, any JSON object, or a
+    GBNF grammar (one of them)."""
+    if so is None:
+        return None
+    param = "sampling_params.structured_outputs"
+    _refuse_unsupported(so, f"{param}.")
+    given = [k for k, v in (("json", so.json_), ("grammar", so.grammar),
+                            ("json_object", so.json_object)) if v not in (None, False)]
+    if len(given) != 1:
+        raise InvalidRequestError("structured_outputs needs exactly one of json, json_object "
+                                  "and grammar", param=param, code="invalid_value")
+    if not model.engine.info.supports_grammar:
+        raise UnsupportedParameterError(
+            f"model {model.id!r} cannot constrain its output (no grammar support)",
+            param=param)
+    if so.grammar is not None:
+        return Grammar(so.grammar)
+    if so.json_object:
+        return json_grammar()
+    schema = so.json_
+    if isinstance(schema, str):
+        try:
+            schema = json.loads(schema)
+        except json.JSONDecodeError as exc:
+            raise InvalidRequestError(f"json is not a JSON schema: {exc}",
+                                      param=f"{param}.json", code="invalid_value") from exc
+    return schema_grammar(schema, f"{param}.json")
+
+
 @dataclass(kw_only=True)
 class _Plan(Plan):
     req: GenerateRequest
+    grammar: Grammar | None = None
 
     @property
     def prompt(self) -> list[int]:
@@ -111,6 +146,7 @@ class GenerateService(GenerationService):
         check_engine_features(model, logprobs=sp.logprobs is not None,
                               prompt_logprobs=sp.prompt_logprobs is not None,
                               prompt_param="sampling_params.prompt_logprobs")
+        grammar = _grammar(sp.structured_outputs, model)
         # the vLLM dialect: ids without a version mean the model's own
         space = resolve_token_space(
             target=model.tokenizer_entry, target_name=f"model {model.id!r}",
@@ -122,7 +158,7 @@ class GenerateService(GenerationService):
                                        sp.stop_token_ids or [])], tok)
         warnings = self._guard.check_ids(spans, tok, raw_prompt=True, caller_key=caller.api_key)
         self._guard.check_texts([("token_ids", tok.decode(req.token_ids))], "token_ids")
-        return _Plan(req=req, model=model, space=space, shows_ids=True,
+        return _Plan(req=req, model=model, space=space, shows_ids=True, grammar=grammar,
                      id=f"generate-tokens-{req.request_id or uuid.uuid4().hex}",
                      warnings=warnings or None)
 
@@ -143,7 +179,7 @@ class GenerateService(GenerationService):
             logprobs=sp.logprobs, presence_penalty=sp.presence_penalty,
             frequency_penalty=sp.frequency_penalty, prompt_logprobs=sp.prompt_logprobs,
             stop_token_ids=frozenset(sp.stop_token_ids or ()), ignore_eos=sp.ignore_eos,
-            cache_salt=plan.req.cache_salt)
+            cache_salt=plan.req.cache_salt, grammar=plan.grammar)
         return await run_choices(plan.model.engine, [(plan.prompt, p) for p in params],
                                  plan.model.tokenizer, sp.stop or (), token_aligned=True,
                                  keep_stop_token=True, output_check=self._guard.output_check())

@@ -18,7 +18,7 @@ from ..tokenizers.source import TokenizerSource, load_tokenizer
 from .models import ServedModel
 from .template import ChatTemplate
 
-__all__ = ["load_model"]
+__all__ = ["load_model", "load_template"]
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +30,17 @@ async def _eog_ids(source: TokenizerSource, settings: Settings) -> frozenset[int
     from ..engines._llama import vocab_eog_ids
 
     return await asyncio.to_thread(vocab_eog_ids, settings.tokenizer_path())
+
+
+def load_template(settings: Settings, source: TokenizerSource) -> ChatTemplate | None:
+    """The model's own chat template, or the file `settings.chat_template` names instead."""
+    text = source.chat_template
+    if settings.chat_template is not None:
+        text = settings.chat_template.read_text()
+    if not text:
+        return None
+    return ChatTemplate(text, source.tokenizer, bos_id=source.bos_id, eos_id=source.eos_id,
+                        add_bos=source.add_bos)
 
 
 async def load_model(settings: Settings, tokenizers: TokenizerRegistry) -> ServedModel:
@@ -46,10 +57,7 @@ async def load_model(settings: Settings, tokenizers: TokenizerRegistry) -> Serve
     except BaseException:
         await engine.aclose()
         raise
-    template = None
-    if source.chat_template:
-        template = ChatTemplate(source.chat_template, tok, bos_id=source.bos_id,
-                                eos_id=source.eos_id, add_bos=source.add_bos)
+    template = load_template(settings, source)
     name = settings.served_model_name or engine.info.model
     log.info("serving %r on the %s engine with tokenizer %s (from %s)", name, settings.engine,
              tok.version, path.name)

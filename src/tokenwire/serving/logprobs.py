@@ -6,11 +6,14 @@ import codecs
 from collections.abc import Sequence
 
 from ..engines.base import TokenEvent
-from ..protocol.common import LogprobEntry, TokenLogprob
+from ..protocol.common import LogprobEntry, PromptLogprob, TokenLogprob
 from ..protocol.completions import CompletionLogprobs, TopTokenLogprob
 from ..tokenizers.base import Tokenizer
 
-__all__ = ["LegacyLogprobs", "chat_logprobs", "token_text"]
+__all__ = ["LegacyLogprobs", "chat_logprobs", "prompt_logprobs", "token_text"]
+
+#: vLLM's stand-in for a logprob the engine did not report
+MISSING_LOGPROB = -9999.0
 
 
 def token_text(tokenizer: Tokenizer, token_id: int) -> str:
@@ -22,16 +25,19 @@ def token_text(tokenizer: Tokenizer, token_id: int) -> str:
         return "bytes:" + "".join(f"\\x{b:02x}" for b in data)
 
 
-def _entry(tokenizer: Tokenizer, token_id: int, logprob: float) -> LogprobEntry:
-    return LogprobEntry(token=token_text(tokenizer, token_id),
+def _entry(tokenizer: Tokenizer, token_id: int, logprob: float, as_ids: bool) -> LogprobEntry:
+    return LogprobEntry(token=f"token_id:{token_id}" if as_ids else token_text(tokenizer, token_id),
                         bytes=list(tokenizer.token_bytes(token_id)), logprob=logprob, id=token_id)
 
 
-def chat_logprobs(tokenizer: Tokenizer, events: Sequence[TokenEvent]) -> list[TokenLogprob]:
+def chat_logprobs(tokenizer: Tokenizer, events: Sequence[TokenEvent], *,
+                  as_ids: bool = False) -> list[TokenLogprob]:
+    """`as_ids`: vLLM's `return_tokens_as_token_ids`, every `token` spelled `token_id:<id>`."""
     out = []
     for ev in events:
-        head = _entry(tokenizer, ev.token_id, ev.logprob if ev.logprob is not None else 0.0)
-        top = [_entry(tokenizer, t, lp) for t, lp in ev.top_logprobs]
+        head = _entry(tokenizer, ev.token_id, ev.logprob if ev.logprob is not None else 0.0,
+                      as_ids)
+        top = [_entry(tokenizer, t, lp, as_ids) for t, lp in ev.top_logprobs]
         out.append(TokenLogprob(**head.model_dump(), top_logprobs=top))
     return out
 
@@ -69,3 +75,23 @@ class LegacyLogprobs:
             out.top_logprobs.append(by_text)
             out.top_token_logprobs.append(top)
         return out
+
+
+def prompt_logprobs(tokenizer: Tokenizer, prompt: Sequence[int], scored: Sequence[TokenEvent],
+                    *, as_ids: bool = False) -> list[dict[str, PromptLogprob] | None]:
+    """vLLM's chat `prompt_logprobs`: per position (the first is null, nothing predicts it)
+    the prompt's token and the most likely ones there, keyed by id."""
+
+    def spell(t: int) -> str:
+        return f"token_id:{t}" if as_ids else token_text(tokenizer, t)
+
+    out: list[dict[str, PromptLogprob] | None] = [None]
+    for pos, ev in enumerate(scored, start=1):
+        ranks = {t: r for r, (t, _) in enumerate(ev.top_logprobs, start=1)}
+        lp = ev.logprob if ev.logprob is not None else MISSING_LOGPROB
+        t = prompt[pos]
+        row = {str(t): PromptLogprob(logprob=lp, rank=ranks.get(t), decoded_token=spell(t))}
+        for r, (c, clp) in enumerate(ev.top_logprobs, start=1):
+            row.setdefault(str(c), PromptLogprob(logprob=clp, rank=r, decoded_token=spell(c)))
+        out.append(row)
+    return out

@@ -6,14 +6,21 @@ chat endpoint feeds the model.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from ..errors import InvalidRequestError
 from ..protocol.chat import ChatMessage, InputTokensBlock, TextBlock
-from .template import ChatTemplate, TemplateMessage
+from ..protocol.common import ResponseWarning
+from ..protocol.tools import Tool, ToolCall
+from .template import RESERVED, ChatTemplate, TemplateMessage
 from .tokens import IdSpan, TokenSpace
+from .toolformat import HERMES
 
-__all__ = ["check_messages", "message_id_spans", "message_texts", "render_messages"]
+__all__ = ["Conversation", "check_messages", "check_tools", "drift_warnings", "message_id_spans",
+           "message_texts", "render_messages", "tool_texts"]
 
 
 def check_messages(messages: Sequence[ChatMessage]) -> None:
@@ -26,8 +33,15 @@ def check_messages(messages: Sequence[ChatMessage]) -> None:
                 "only assistant messages may carry token_ids; send other ids as an "
                 "input_tokens content block", param=f"messages[{i}].token_ids",
                 code="invalid_value")
-        if m.content is None and m.token_ids is None:
+        if m.tool_calls is not None and m.role != "assistant":
+            raise InvalidRequestError("only assistant messages may carry tool_calls",
+                                      param=f"messages[{i}].tool_calls", code="invalid_value")
+        if m.content is None and m.token_ids is None and not m.tool_calls:
             raise InvalidRequestError("a message needs content", param=f"messages[{i}].content",
+                                      code="missing_required_parameter")
+        if m.role == "tool" and m.tool_call_id is None:
+            raise InvalidRequestError("a tool message needs the tool_call_id it answers",
+                                      param=f"messages[{i}].tool_call_id",
                                       code="missing_required_parameter")
         if isinstance(m.content, list) and not m.content:
             raise InvalidRequestError("content must not be an empty array",
@@ -76,14 +90,117 @@ def _content_ids(m: ChatMessage, space: TokenSpace) -> list[int]:
     return ids
 
 
+def _check_client_text(value: Any, param: str) -> None:
+    """A client string a template prints must not hold the characters that delimit content
+    and client text in the rendering (they would let it pass as template structure)."""
+    if isinstance(value, str):
+        if RESERVED.search(value):
+            raise InvalidRequestError(
+                "this string holds a reserved character (U+E000 to U+E003)", param=param,
+                code="invalid_value")
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            _check_client_text(k, param)
+            _check_client_text(v, f"{param}.{k}")
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _check_client_text(v, f"{param}[{i}]")
+
+
+@dataclass
+class Conversation:
+    """A rendered prompt and where every message went in it."""
+
+    ids: list[int]
+    spans: list[tuple[int, int, int]]
+    """(message index, start, end) of each message's ids (its content, and for the default
+    tool format its calls or its result wrapping); template structure is in no span."""
+    sampled: list[int]
+    """1 for each id that came from an assistant message's `token_ids`, else 0."""
+
+
+def _template_call(c: ToolCall) -> dict[str, Any]:
+    """A call as templates read it: vLLM's convention, `arguments` parsed when it is JSON."""
+    try:
+        args: Any = json.loads(c.function.arguments)
+    except json.JSONDecodeError:
+        args = c.function.arguments
+    return {"id": c.id, "type": c.type, "function": {"name": c.function.name, "arguments": args}}
+
+
 def render_messages(messages: Sequence[ChatMessage], space: TokenSpace,
-                    template: ChatTemplate, *, add_generation_prompt: bool = True) -> list[int]:
-    return template.render(
-        [TemplateMessage(m.role, _content_ids(m, space),
-                         **{k: v for k, v in (("name", m.name), ("tool_call_id", m.tool_call_id))
-                            if v is not None})
-         for m in messages],
-        add_generation_prompt=add_generation_prompt)
+                    template: ChatTemplate, *, tools: Sequence[Tool] = (),
+                    add_generation_prompt: bool = True) -> Conversation:
+    """The conversation in the model's ids. A template that renders tools gets them (and each
+    call) as variables, its client strings marked as text; any other gets the default tool
+    format (`toolformat.HERMES`), rendered here as content text."""
+    enc = space.model.tokenizer.encode
+    native = template.renders_tools
+    out: list[TemplateMessage] = []
+    index: list[int] = []  # message index of each template message (-1: one we added)
+    if tools and not native:
+        system = HERMES.system_text(tools)
+        if messages and messages[0].role in ("system", "developer"):
+            first = messages[0]
+            head = _content_ids(first, space)
+            text_ids = enc(("\n\n" if head else "") + system)
+            out.append(TemplateMessage(first.role, head + text_ids,
+                                       **_extras(first, 0, template)))
+            index.append(0)
+            rest = list(enumerate(messages))[1:]
+        else:
+            out.append(TemplateMessage("system", enc(system)))
+            index.append(-1)
+            rest = list(enumerate(messages))
+    else:
+        rest = list(enumerate(messages))
+    for i, m in rest:
+        ids = _content_ids(m, space) if (m.content is not None or m.token_ids is not None) \
+            else []
+        extra = _extras(m, i, template)
+        if m.tool_calls and m.token_ids is None:
+            if native:
+                extra["tool_calls"] = template.client_text(
+                    [_template_call(c) for c in m.tool_calls])
+            else:
+                tail = HERMES.calls_text("", m.tool_calls)
+                ids = ids + enc(("\n" if ids else "") + tail)
+        elif m.role == "tool" and not native:
+            ids = enc("<tool_response>\n") + ids + enc("\n</tool_response>")
+        out.append(TemplateMessage(m.role, ids, **extra))
+        index.append(i)
+    tool_vars = template.client_text(HERMES.template_tools(tools)) if tools and native \
+        else None
+    r = template.render(out, add_generation_prompt=add_generation_prompt, tools=tool_vars)
+    sampled = [0] * len(r.ids)
+    spans = []
+    for k, start, end in r.spans:
+        i = index[k]
+        if i < 0:
+            continue
+        spans.append((i, start, end))
+        if messages[i].token_ids is not None and messages[i].role == "assistant":
+            sampled[start:end] = [1] * (end - start)
+    return Conversation(r.ids, spans, sampled)
+
+
+def _extras(m: ChatMessage, i: int, template: ChatTemplate) -> dict[str, Any]:
+    extra: dict[str, Any] = {}
+    for key in ("name", "tool_call_id"):
+        value = getattr(m, key)
+        if value is not None:
+            _check_client_text(value, f"messages[{i}].{key}")
+            extra[key] = template.client_text(value)
+    return extra
+
+
+def check_tools(tools: Sequence[Tool], messages: Sequence[ChatMessage]) -> None:
+    """What a template may print of the tools and of the calls in history."""
+    for i, t in enumerate(tools):
+        _check_client_text(t.model_dump(exclude_none=True), f"tools[{i}]")
+    for i, m in enumerate(messages):
+        for j, c in enumerate(m.tool_calls or []):
+            _check_client_text(c.model_dump(), f"messages[{i}].tool_calls[{j}]")
 
 
 def message_texts(messages: Sequence[ChatMessage], space: TokenSpace) -> list[str]:
@@ -104,4 +221,47 @@ def message_texts(messages: Sequence[ChatMessage], space: TokenSpace) -> list[st
         else:
             out.append("".join(b.text if isinstance(b, TextBlock) else dec(b.token_ids)
                                for b in c or []))
+    return out
+
+
+def tool_texts(tools: Sequence[Tool], messages: Sequence[ChatMessage]) -> list[tuple[str, str]]:
+    """What the content policy reads beside the contents: the tool definitions and the
+    arguments of the calls in history (tool results are the tool messages' content)."""
+    out = [(f"tools[{i}]", json.dumps(t.model_dump(exclude_none=True), ensure_ascii=False))
+           for i, t in enumerate(tools)]
+    for i, m in enumerate(messages):
+        for j, c in enumerate(m.tool_calls or []):
+            out.append((f"messages[{i}].tool_calls[{j}].function.arguments",
+                        c.function.arguments))
+    return out
+
+
+def drift_warnings(messages: Sequence[ChatMessage], space: TokenSpace,
+                   template: ChatTemplate) -> list[ResponseWarning]:
+    """Assistant messages whose `token_ids` are not what their text encodes to: the ids are
+    used (they are what the model sampled), and the client learns where the two part."""
+    enc = space.client.tokenizer.encode
+    out = []
+    for i, m in enumerate(messages):
+        if m.role != "assistant" or m.token_ids is None:
+            continue
+        text = m.content if isinstance(m.content, str) else (
+            m.content.text if isinstance(m.content, TextBlock) else None)
+        if m.tool_calls and not template.renders_tools:
+            text = HERMES.calls_text(text or "", m.tool_calls)
+        elif m.tool_calls or text is None:
+            continue  # no text to compare (ids only, or calls a template renders itself)
+        canonical = enc(text)
+        sent = m.token_ids
+        if canonical == sent:
+            continue
+        pos = next((k for k, (a, b) in enumerate(zip(sent, canonical, strict=False)) if a != b),
+                   min(len(sent), len(canonical)))
+        have = sent[pos] if pos < len(sent) else None
+        want = canonical[pos] if pos < len(canonical) else None
+        out.append(ResponseWarning(
+            code="token_drift", param=f"messages[{i}].token_ids", message_index=i,
+            position=pos, token_id=have, canonical_token_id=want,
+            message=f"messages[{i}].token_ids differ from the encoding of its content at "
+                    f"position {pos} ({have} sent, {want} canonical); the sent ids were used"))
     return out

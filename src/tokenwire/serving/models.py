@@ -10,6 +10,7 @@ from ..errors import InvalidRequestError, ModelNotFoundError
 from ..tokenizers.hf import HFTokenizer
 from ..tokenizers.registry import TokenizerEntry
 from .template import ChatTemplate
+from .toolformat import template_version
 
 __all__ = ["ModelRegistry", "ServedModel"]
 
@@ -33,6 +34,13 @@ class ServedModel:
     @property
     def max_model_len(self) -> int:
         return self.engine.info.max_model_len
+
+    @property
+    def template_version(self) -> str | None:
+        """Hash of the chat template and the tool format used with it."""
+        if self.template is None:
+            return None
+        return template_version(self.template)
 
     def chat_template(self) -> ChatTemplate:
         if self.template is None:

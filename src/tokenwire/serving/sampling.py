@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..engines.base import SamplingParams
+from ..engines.base import Grammar, SamplingParams
 from ..errors import ContextLengthExceededError, InvalidRequestError
 
 __all__ = ["choice_params", "completion_budget"]
@@ -53,7 +53,8 @@ def choice_params(*, n: int, max_tokens: int, temperature: float | None, top_p: 
                   seed: int | None, logprobs: int | None, presence_penalty: float = 0.0,
                   frequency_penalty: float = 0.0, prompt_logprobs: int | None = None,
                   stop_token_ids: frozenset[int] = frozenset(), ignore_eos: bool = False,
-                  cache_salt: str | None = None) -> list[SamplingParams]:
+                  cache_salt: str | None = None, grammar: Grammar | None = None,
+                  ) -> list[SamplingParams]:
     """Choice i draws with `seed + i`, so a seeded request is reproducible and its choices
     differ; without a seed every choice is left to the engine's own randomness (seed None, so
     an engine can tell a seeded request, which it must reproduce, from one that is not)."""
@@ -72,6 +73,7 @@ def choice_params(*, n: int, max_tokens: int, temperature: float | None, top_p: 
             stop_token_ids=stop_token_ids,
             ignore_eos=ignore_eos,
             cache_salt=cache_salt,
+            grammar=grammar,
         )
         for i in range(n)
     ]

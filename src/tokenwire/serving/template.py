@@ -7,6 +7,12 @@ each marker is replaced by that message's content ids exactly as serving built t
 encoded with parsing OFF, `input_tokens` blocks as sent). So sent ids reach the model untouched,
 and a text and its canonical ids give the same prompt.
 
+Every other client string a template can print (a message's `name`, `tool_call_id`, tool
+definitions, call arguments) that holds a control token's text reaches it wrapped in another
+pair of private-use characters; what the template prints between them is encoded with parsing
+OFF, so the control token typed there stays text. Other strings are left as they are, so they
+tokenize with the text around them, as Hugging Face's rendering does.
+
 The structure and each content are encoded separately, as a control token would separate them
 anyway; content that starts with whitespace right after a template newline may therefore
 tokenize differently from encoding the whole rendered string at once (docs/api.md).
@@ -14,8 +20,11 @@ tokenize differently from encoding the whole rendered string at once (docs/api.m
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -25,19 +34,38 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from ..errors import InvalidRequestError
 from ..tokenizers.hf import HFTokenizer
 
-__all__ = ["ChatTemplate", "TemplateMessage"]
+__all__ = ["RESERVED", "ChatTemplate", "Rendered", "TemplateMessage"]
 
-_MARK = "\ue000tw{}\ue001"  # private-use characters: no template or user text produces them
-_MARK_RE = re.compile("\ue000tw(\\d+)\ue001")
+_MARK = "\ue000tw{}\ue001"  # private-use characters: no template produces them
+_OPEN, _CLOSE = "\ue002", "\ue003"  # around client strings inside template variables
+_PIECE_RE = re.compile("\ue000tw(\\d+)\ue001|\ue002([^\ue003]*)\ue003")
+RESERVED = re.compile("[\ue000-\ue003]")
+"""Characters a client string printed by a template may not hold (refused by serving)."""
+
+
+def _tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None,
+            separators: tuple[str, str] | None = None, sort_keys: bool = False) -> str:
+    """Hugging Face's `tojson` (Jinja's own escapes HTML characters, which templates do not
+    expect)."""
+    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
+                      sort_keys=sort_keys)
+
+
+@dataclass
+class Rendered:
+    ids: list[int]
+    spans: list[tuple[int, int, int]]
+    """(message index, start, end) of each message's content ids in `ids`, in prompt order (a
+    template that prints a content twice gives two spans; one it drops, none)."""
 
 
 class TemplateMessage:
     """A message as the template sees it: its role, its content as ids, and other fields
-    templates may read (`name`, `tool_call_id`)."""
+    templates may read (`name`, `tool_call_id`, `tool_calls`), already `client_text`."""
 
     __slots__ = ("extra", "ids", "role")
 
-    def __init__(self, role: str, ids: Sequence[int], **extra: str):
+    def __init__(self, role: str, ids: Sequence[int], **extra: Any):
         self.role = role
         self.ids = ids
         self.extra = extra
@@ -54,6 +82,7 @@ class ChatTemplate:
                                             extensions=["jinja2.ext.loopcontrols"])
         env.globals["raise_exception"] = _raise
         env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
+        env.filters["tojson"] = _tojson
         self._template = env.from_string(source)
         self._tok = tokenizer
         self._bos_id = bos_id
@@ -63,28 +92,62 @@ class ChatTemplate:
             "eos_token": tokenizer.token_bytes(eos_id).decode() if eos_id is not None else "",
         }
         self.source = source
+        specials = sorted(tokenizer.special_tokens, key=len, reverse=True)
+        self._special_re = re.compile("|".join(re.escape(t) for t in specials)) \
+            if specials else None
+        # a template that reads `tools` renders them (and calls) itself; others get ours
+        self.renders_tools = re.search(r"\btools\b", source) is not None
 
-    def render(self, messages: Sequence[TemplateMessage], *,
-               add_generation_prompt: bool = True) -> list[int]:
-        """The prompt ids of a conversation, ready for the engine."""
+    def render(self, messages: Sequence[TemplateMessage], *, add_generation_prompt: bool = True,
+               tools: list[Any] | None = None) -> Rendered:
+        """The prompt ids of a conversation, ready for the engine; `tools`: `client_text`
+        definitions, for a template that `renders_tools`."""
         marked: list[dict[str, Any]] = [
             {**m.extra, "role": m.role, "content": _MARK.format(i)}
             for i, m in enumerate(messages)
         ]
+        extra = {"tools": tools} if tools else {}
         try:
             text = self._template.render(messages=marked,
                                          add_generation_prompt=add_generation_prompt,
-                                         **self._vars)
+                                         **self._vars, **extra)
         except TemplateError as exc:
             raise InvalidRequestError(f"the model's chat template refused the messages: {exc}",
                                       param="messages") from exc
+        enc = self._tok.encode
         ids: list[int] = []
+        spans: list[tuple[int, int, int]] = []
         pos = 0
-        for m in _MARK_RE.finditer(text):
-            ids += self._tok.encode(text[pos:m.start()], parse_special=True)
-            ids += messages[int(m.group(1))].ids
+        for m in _PIECE_RE.finditer(text):
+            ids += enc(text[pos:m.start()], parse_special=True)
+            if m.group(1) is not None:
+                i = int(m.group(1))
+                spans.append((i, len(ids), len(ids) + len(messages[i].ids)))
+                ids += messages[i].ids
+            else:
+                ids += enc(m.group(2))
             pos = m.end()
-        ids += self._tok.encode(text[pos:], parse_special=True)
+        ids += enc(text[pos:], parse_special=True)
         if self._add_bos and (not ids or ids[0] != self._bos_id):
             ids.insert(0, self._bos_id)  # type: ignore[arg-type]
-        return ids
+            spans = [(i, a + 1, b + 1) for i, a, b in spans]
+        return Rendered(ids, spans)
+
+    def client_text(self, value: Any) -> Any:
+        """A client value as a template variable: every string in it (keys too) that holds a
+        control token's text marked, so that it is encoded as text."""
+        if isinstance(value, str):
+            if self._special_re is not None and self._special_re.search(value):
+                return f"{_OPEN}{value}{_CLOSE}"
+            return value
+        if isinstance(value, dict):
+            return {self.client_text(k): self.client_text(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self.client_text(v) for v in value]
+        return value
+
+    def version(self, tool_format: str) -> str:
+        """Content hash of what renders a prompt: this template and the tool format used with
+        it (so a client knows when the rendering under its ids changed)."""
+        digest = hashlib.sha256(f"{self.source}\0{tool_format}".encode()).hexdigest()
+        return f"sha256:{digest[:16]}"

@@ -4,9 +4,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from ..config import Settings
 from ..errors import InvalidRequestError
+from ..protocol.render import MessageSpan
 from ..protocol.tokenize import (
     DetokenizeRequest,
     DetokenizeResponse,
@@ -16,10 +18,11 @@ from ..protocol.tokenize import (
     TokenizerInfo,
 )
 from ..tokenizers.registry import TokenizerEntry, TokenizerRegistry
-from .messages import check_messages, message_id_spans, render_messages
+from .messages import check_messages, check_tools, message_id_spans, render_messages
 from .models import ModelRegistry, ServedModel
 from .template import ChatTemplate
 from .tokens import IdSpan, TokenSpace, check_id_range, resolve_token_space
+from .toolformat import template_version
 
 __all__ = ["Artifact", "TokenizeService"]
 
@@ -86,11 +89,22 @@ class TokenizeService:
         space, model = self._target(req.model, req.tokenizer_version, carries_ids=bool(spans))
         entry = space.model
         tok = entry.tokenizer
+        extra: dict[str, Any] = {}
         if req.messages is not None:
             check_messages(req.messages)
+            check_tools(req.tools or [], req.messages)
             check_id_range(spans, tok)
-            ids = render_messages(req.messages, space, self._template(entry, model),
-                                  add_generation_prompt=req.add_generation_prompt)
+            template = self._template(entry, model)
+            conv = render_messages(req.messages, space, template, tools=req.tools or [],
+                                   add_generation_prompt=req.add_generation_prompt)
+            ids = conv.ids
+            extra = {
+                "template_version": model.template_version if model is not None
+                else template_version(template),
+                "spans": [MessageSpan(message_index=i, role=req.messages[i].role, start=a,
+                                      end=b) for i, a, b in conv.spans],
+                "sampled_mask": conv.sampled,
+            }
         else:
             ids = tok.encode(req.prompt or "")
             if req.add_special_tokens and entry.add_bos and entry.bos_id is not None:
@@ -99,6 +113,7 @@ class TokenizeService:
             tokens=ids, count=len(ids), max_model_len=self._max_model_len(entry, model),
             tokenizer_version=entry.version,
             token_strs=[tok.token_str(i) for i in ids] if req.return_token_strs else None,
+            **extra,
         )
 
     def detokenize(self, req: DetokenizeRequest) -> DetokenizeResponse:
