@@ -12,7 +12,7 @@ import jsonschema
 import openai
 import pytest
 
-from tests.conftest import TEST_UPSTREAM, LiveServer
+from tests.conftest import LiveServer
 
 pytestmark = pytest.mark.engine
 
@@ -28,8 +28,6 @@ ADD = {"type": "function", "function": {
                    "required": ["a", "b"], "additionalProperties": False}}}
 TOOLS = [WEATHER, ADD]
 SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}  # type: ignore[index]
-# a gateway in front of a vLLM-protocol upstream has no lazy grammar: "auto" is unconstrained
-LAZY = TEST_UPSTREAM != "tokenwire"
 
 
 @pytest.fixture(scope="module")
@@ -127,9 +125,6 @@ def test_a_two_tool_agent_loop_is_exact(client: openai.OpenAI, stream: bool) -> 
 def test_auto_calls_are_well_formed_when_the_model_makes_them(client: openai.OpenAI) -> None:
     """tool_choice "auto": the model writes freely; once it opens a call, a lazy grammar keeps
     the call well-formed (a 135M model seldom calls unasked: a few seeds, some call)."""
-    if not LAZY:
-        pytest.skip("a vLLM-protocol upstream has no lazy grammar: auto is unconstrained there "
-                    "(docs/api.md#tools)")
     messages = [{"role": "system", "content": "You answer every question by calling a tool."},
                 {"role": "user", "content": "What is the weather in Paris?"}]
     called = 0

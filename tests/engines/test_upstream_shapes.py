@@ -454,32 +454,41 @@ async def test_replicas_must_serve_the_same_model(tok, gguf_info, model_path) ->
 
 
 async def test_grammars_go_upstream_in_each_protocols_fields(tok, gguf_info, model_path) -> None:  # type: ignore[no-untyped-def]
-    """vLLM: `structured_outputs.grammar` (StructuredOutputsParams), SGLang: `ebnf`,
-    llama-server: `grammar` with `grammar_lazy`/`grammar_triggers` (server-task.cpp); vLLM and
-    SGLang say they have no lazy grammar, so serving never sends them one."""
-    from tokenwire.engines.base import Grammar
+    """vLLM: `structured_outputs.grammar` / `.structural_tag` (StructuredOutputsParams),
+    SGLang: `ebnf` / `structural_tag`, llama-server: `grammar` with `grammar_lazy` and
+    `grammar_triggers` (server-task.cpp)."""
+    from tokenwire.serving.grammar import tool_call_grammar
 
-    eager = Grammar('root ::= "a"')
-    lazy = Grammar('root ::= "<tool_call>" [a-z]+', triggers=("<tool_call>",))
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}}
+    eager = tool_call_grammar([("f", schema, "p")], parallel=False, lazy=False,
+                              open_tag="<tool_call>", close_tag="</tool_call>")
+    lazy = tool_call_grammar([("f", schema, "p")], parallel=True, lazy=True,
+                             open_tag="<tool_call>", close_tag="</tool_call>")
+    tag = {"type": "structural_tag", "triggers": ["<tool_call>"], "structures": [{
+        "begin": '<tool_call>\n{"name": "f", "arguments": ', "schema": schema,
+        "end": "}\n</tool_call>"}]}
     final = shape("vllm", "generate_stream_final_chunk_v034")
     up = Upstream(tok, vllm_routes(lambda r: sse(final)))
     async with engine("vllm", up, gguf_info, model_path) as eng:
-        assert eng.info.supports_grammar and not eng.info.supports_lazy_grammar
+        assert eng.info.supports_grammar and eng.info.supports_lazy_grammar
         await run(eng, [1, 2], grammar=eager)
-        [sent] = up.generation_bodies("/inference/v1/generate")
-        assert set(sent["sampling_params"]) <= VLLM_SAMPLING_FIELDS
-        assert sent["sampling_params"]["structured_outputs"] == {"grammar": eager.gbnf}
+        await run(eng, [1, 2], grammar=lazy)
+        first, second = up.generation_bodies("/inference/v1/generate")
+        assert set(first["sampling_params"]) <= VLLM_SAMPLING_FIELDS
+        assert first["sampling_params"]["structured_outputs"] == {"grammar": eager.gbnf}
+        so = second["sampling_params"]["structured_outputs"]
+        assert set(so) == {"structural_tag"} and json.loads(so["structural_tag"]) == tag
     chunk = shape("sglang", "generate_stream_chunk_cumulative_final")
     up = Upstream(tok, sglang_routes(lambda r: sse(chunk)))
     async with engine("sglang", up, gguf_info, model_path) as eng:
-        assert not eng.info.supports_lazy_grammar
         await run(eng, [1, 2], grammar=eager)
-        [sent] = up.generation_bodies("/generate")
-        assert set(sent["sampling_params"]) <= SGLANG_SAMPLING_FIELDS
-        assert sent["sampling_params"]["ebnf"] == eager.gbnf
+        await run(eng, [1, 2], grammar=lazy)
+        first, second = up.generation_bodies("/generate")
+        assert set(first["sampling_params"]) <= SGLANG_SAMPLING_FIELDS
+        assert first["sampling_params"]["ebnf"] == eager.gbnf
+        assert json.loads(second["sampling_params"]["structural_tag"]) == tag
     up = Upstream(tok, llama_routes(lambda r: captured("completion_stream_eos_return_tokens")))
     async with engine("llama-server", up, gguf_info, model_path) as eng:
-        assert eng.info.supports_lazy_grammar
         await run(eng, [1, 2], grammar=lazy)
         [sent] = up.generation_bodies("/completion")
         assert sent["grammar"] == lazy.gbnf and sent["grammar_lazy"] is True

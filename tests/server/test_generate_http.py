@@ -176,3 +176,26 @@ async def test_structured_outputs_reach_the_engine_or_are_refused_by_name(
         r = await generate(client, body(tok, structured_outputs=so))
         assert r.status_code == 400, so
         assert r.json()["error"]["param"] == param
+
+
+async def test_a_structural_tag_is_a_lazy_grammar(client: httpx.AsyncClient, tok: HFTokenizer,
+                                                  fake_engine: FakeEngine) -> None:
+    """vLLM's legacy structural tag (what a gateway's vLLM adapter sends for tool_choice
+    "auto"): free text until a trigger, then the tagged structures."""
+    tag = {"type": "structural_tag", "triggers": ["<f>"], "structures": [
+        {"begin": "<f>", "schema": {"type": "object"}, "end": "</f>"}]}
+    r = await generate(client, body(tok, structured_outputs={"structural_tag": json.dumps(tag)}))
+    assert r.status_code == 200, r.text
+    grammar = fake_engine.params[-1].grammar
+    assert grammar is not None and grammar.triggers == ("<f>",) and grammar.tags
+    for bad, param in [
+        ({**tag, "triggers": ["<g>"]}, ".structures[0].begin"),
+        ({"type": "structural_tag", "format": {}}, ""),
+        ({**tag, "structures": [{"begin": "<f>", "end": "</f>", "schema": {"not": {}}}]},
+         ".structures[0].schema.not"),
+    ]:
+        r = await generate(client, body(tok, structured_outputs={
+            "structural_tag": json.dumps(bad)}))
+        assert r.status_code == 400, bad
+        assert r.json()["error"]["param"] == \
+            "sampling_params.structured_outputs.structural_tag" + param

@@ -214,3 +214,25 @@ async def client_models(make_app) -> dict[str, Any]:  # type: ignore[no-untyped-
 
     async with serve_in_process(make_app()) as c:
         return (await c.get("/v1/models")).json()["data"][0]  # type: ignore[no-any-return]
+
+
+async def test_an_engine_without_grammars_refuses_guarantees_by_name(
+        client: httpx.AsyncClient, tok: HFTokenizer, fake_engine: FakeEngine) -> None:
+    """A text-only upstream: required/named calls and response_format are 400s naming the
+    field; "auto" is parsed and says, in a warning, that nothing enforced it."""
+    import dataclasses
+
+    fake_engine._info = dataclasses.replace(fake_engine.info, supports_grammar=False,
+                                            supports_lazy_grammar=False)
+    for extra, param in [({"tools": [WEATHER], "tool_choice": "required"}, "tool_choice"),
+                         ({"response_format": {"type": "json_object"}}, "response_format")]:
+        r = await post(client, body(**extra))
+        assert r.status_code == 400
+        assert (r.json()["error"]["code"], r.json()["error"]["param"]) == (
+            "unsupported_parameter", param)
+    fake_engine.script = tok.encode(OUTPUT)
+    r = await post(client, body(tools=[WEATHER]))
+    data = r.json()
+    assert len(data["choices"][0]["message"]["tool_calls"]) == 2
+    assert [w["code"] for w in data["warnings"]] == ["tool_calls_unconstrained"]
+    assert fake_engine.params[-1].grammar is None

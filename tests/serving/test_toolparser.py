@@ -22,6 +22,11 @@ TEXTS = [
     '<tool_call>\n{"name": "f", "arguments": 7}\n</tool_call>',
     '<tool_call>\n{"name": "f", "arguments": {"a": [1, 2',  # cut short
     "a < b <tool_ca",
+    '<tool_call>\n{"name": "f", "arguments": {"a": 1}} I will wait\n</tool_call>',
+    '<tool_call>\n{"name": "f", "arguments": {"a": 1</tool_call> Sorry.',
+    '<tool_call>\n{"name": "f", "arguments": {"a": 1}}\nthen more <tool_call> x',
+    "Use   <tool_call> tags",
+    f"{CALL}\nDone.  ",
 ]
 
 
@@ -64,3 +69,18 @@ def test_what_is_content_and_what_is_a_call() -> None:
     assert run(TEXTS[6], [])[1] == [("f", "7")]
     assert run(TEXTS[7], [])[1] == [("f", '{"a": [1, 2')]  # as far as it got
     assert run(TEXTS[8], [])[:2] == ("a < b <tool_ca", [])
+    # nothing the model wrote is dropped: text around a malformed call stays content
+    assert run(TEXTS[9], [])[:2] == ("I will wait", [("f", '{"a": 1}')])
+    assert run(TEXTS[10], [])[:2] == ("Sorry.", [("f", '{"a": 1')])
+    assert run(TEXTS[11], [])[:2] == ("then more <tool_call> x", [("f", '{"a": 1}')])
+    assert run(TEXTS[12], [])[:2] == ("Use   <tool_call> tags", [])
+    assert run(TEXTS[13], [])[:2] == ("Done.  ", [("f", args)])
+
+
+def test_ids_go_out_with_the_text_they_carry() -> None:
+    """Whitespace before a tag waits with its ids until it is known to be content or syntax."""
+    p = ToolCallParser("<tool_call>", "</tool_call>")
+    first = p.push(Delta(ids=[0], text="Use  "))
+    assert (first.content, first.ids) == ("Use", [])  # "  " may precede a call
+    second = p.push(Delta(ids=[1], text="<tool_call> tags"))
+    assert (second.content, second.ids) == ("  <tool_call> tags", [0, 1])

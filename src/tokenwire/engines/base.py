@@ -34,6 +34,7 @@ __all__ = [
     "ReplicaHealth",
     "ReplicaLostError",
     "SamplingParams",
+    "StructuralTag",
     "TokenEvent",
 ]
 
@@ -50,6 +51,16 @@ class EngineStartError(RuntimeError):
 
 
 @dataclass(frozen=True)
+class StructuralTag:
+    """One kind of constrained span of a lazy grammar: `begin`, a JSON value valid against
+    `schema` (JSON text), `end` (vLLM's and SGLang's `structural_tag` structures)."""
+
+    begin: str
+    schema: str
+    end: str
+
+
+@dataclass(frozen=True)
 class Grammar:
     """A GBNF grammar the output must follow (llama.cpp's syntax, which llama-server, vLLM's
     xgrammar backend and SGLang's `ebnf` read too)."""
@@ -58,6 +69,11 @@ class Grammar:
     triggers: tuple[str, ...] = ()
     """Lazy: the output is free until one of these words appears; from that word on (the word
     included) it follows the grammar. Empty: the grammar holds from the first token."""
+    tags: tuple[StructuralTag, ...] = ()
+    """A lazy grammar as structural tags, for engines that take those instead of a lazy GBNF
+    (vLLM, SGLang): each trigger is a prefix of the tags' `begin`."""
+    param: str = "grammar"
+    """The request field it was built from (named when an engine cannot parse it)."""
 
     @property
     def lazy(self) -> bool:

@@ -222,7 +222,8 @@ class LlamaCppEngine:
                 check_grammar(self.llama, params.grammar)
             except GrammarError as exc:
                 raise InvalidRequestError(f"{exc} (llama.cpp logs the reason)",
-                                          param="grammar", code="invalid_grammar") from exc
+                                          param=params.grammar.param,
+                                          code="invalid_grammar") from exc
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[EngineEvent | BaseException] = asyncio.Queue()
         seq = _Seq(prompt=list(prompt), params=params, emit=lambda ev: None)

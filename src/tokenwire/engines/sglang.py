@@ -18,20 +18,18 @@ was checked how). SGLang's conventions, translated here and nowhere else:
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
 from ..errors import InvalidRequestError, ServiceUnavailableError, UnsupportedParameterError
 from .base import (
     EngineEvent,
-    EngineInfo,
     FinishEvent,
     PromptLogprobsEvent,
     SamplingParams,
     TokenEvent,
 )
-from .upstream import ChunkDecoder, Replica, UpstreamEngine, UpstreamInfo
+from .upstream import ChunkDecoder, Replica, UpstreamEngine, UpstreamInfo, structural_tag
 
 __all__ = ["SGLangEngine"]
 
@@ -105,9 +103,6 @@ class SGLangEngine(UpstreamEngine):
     name = "sglang"
     health_path = "/v1/models"  # SGLang's /health runs a generation: busy replicas time out
 
-    def engine_info(self, first: UpstreamInfo) -> EngineInfo:
-        return dataclasses.replace(super().engine_info(first), supports_lazy_grammar=False)
-
     async def describe(self, replica: Replica) -> UpstreamInfo:
         card = await self.model_card(replica)
         length = card.get("max_model_len")
@@ -159,8 +154,11 @@ class SGLangEngine(UpstreamEngine):
                     "this SGLang upstream ignores seeds (it runs without "
                     "--enable-deterministic-inference)", param="seed")
             sampling["sampling_seed"] = params.seed
-        if params.grammar is not None:
-            sampling["ebnf"] = params.grammar.gbnf  # xgrammar's EBNF reads GBNF
+        g = params.grammar
+        if g is not None and g.lazy:
+            sampling["structural_tag"] = structural_tag(g)
+        elif g is not None:
+            sampling["ebnf"] = g.gbnf  # xgrammar's EBNF reads GBNF
         body: dict[str, Any] = {"input_ids": list(prompt), "sampling_params": sampling,
                                 "stream": params.prompt_logprobs is None}
         if params.cache_salt is not None:

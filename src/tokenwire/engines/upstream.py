@@ -43,6 +43,7 @@ from ..errors import (
     RateLimitError,
     ServiceUnavailableError,
     TokenwireError,
+    UnsupportedParameterError,
     error_from_body,
 )
 from ..tokenizers.probe import TokenizerParityError, first_mismatch
@@ -52,6 +53,7 @@ from .base import (
     EngineInfo,
     EngineStartError,
     FinishEvent,
+    Grammar,
     ReplicaHealth,
     ReplicaLostError,
     SamplingParams,
@@ -62,7 +64,7 @@ from .registry import EngineSpec
 from .routing import PrefixRouter
 
 __all__ = ["ChunkDecoder", "Replica", "UpstreamEngine", "UpstreamInfo", "UpstreamStatusError",
-           "upstream_error"]
+           "structural_tag", "upstream_error"]
 
 TRANSPORT_ERRORS = (aiohttp.ClientError, aiohttp.http_exceptions.HttpProcessingError,
                     asyncio.TimeoutError, ConnectionError)
@@ -616,3 +618,17 @@ class UpstreamEngine:
         await stream.prime()
         return stream
 
+
+def structural_tag(grammar: Grammar) -> str:
+    """A lazy grammar as vLLM's and SGLang's `structural_tag` (the legacy shape both read:
+    `vllm/sampling_params.py` StructuredOutputsParams, SGLang's sampling_params.py): free text
+    until a trigger, then one of the structures (`begin`, a value of `schema`, `end`)."""
+    if not grammar.tags:
+        raise UnsupportedParameterError(
+            "this upstream takes lazy grammars only as structural tags", param="tool_choice")
+    return json.dumps({
+        "type": "structural_tag",
+        "structures": [{"begin": t.begin, "schema": json.loads(t.schema), "end": t.end}
+                       for t in grammar.tags],
+        "triggers": list(grammar.triggers),
+    }, ensure_ascii=False)

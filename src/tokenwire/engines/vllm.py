@@ -23,20 +23,18 @@ Ids are never decoded or re-encoded: `detokenize` is off on generate.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
 from ..errors import ServiceUnavailableError
 from .base import (
     EngineEvent,
-    EngineInfo,
     FinishEvent,
     PromptLogprobsEvent,
     SamplingParams,
     TokenEvent,
 )
-from .upstream import ChunkDecoder, Replica, UpstreamEngine, UpstreamInfo
+from .upstream import ChunkDecoder, Replica, UpstreamEngine, UpstreamInfo, structural_tag
 
 __all__ = ["VllmEngine"]
 
@@ -131,9 +129,6 @@ class _Decoder(ChunkDecoder):
 class VllmEngine(UpstreamEngine):
     name = "vllm"
 
-    def engine_info(self, first: UpstreamInfo) -> EngineInfo:
-        return dataclasses.replace(super().engine_info(first), supports_lazy_grammar=False)
-
     async def describe(self, replica: Replica) -> UpstreamInfo:
         card = await self.model_card(replica)
         length = card.get("max_model_len")
@@ -175,10 +170,12 @@ class VllmEngine(UpstreamEngine):
             sampling["logprobs"] = min(params.logprobs + 1, 20)
         if params.prompt_logprobs is not None:
             sampling["prompt_logprobs"] = params.prompt_logprobs
-        if params.grammar is not None:
-            # StructuredOutputsParams.grammar: xgrammar reads GBNF (a text holding "::=");
-            # a lazy grammar has no equivalent here (serving does not send one)
-            sampling["structured_outputs"] = {"grammar": params.grammar.gbnf}
+        g = params.grammar
+        if g is not None:
+            # StructuredOutputsParams: `grammar` (xgrammar reads a text holding "::=" as GBNF),
+            # a lazy one as `structural_tag`
+            sampling["structured_outputs"] = {"structural_tag": structural_tag(g)} if g.lazy \
+                else {"grammar": g.gbnf}
         stream = params.prompt_logprobs is None
         if replica.info.mode == GENERATE:
             body: dict[str, Any] = {"token_ids": list(prompt),

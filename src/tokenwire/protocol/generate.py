@@ -40,8 +40,9 @@ def _listify(v: Any) -> Any:
 
 
 class StructuredOutputs(RequestModel):
-    """vLLM's `StructuredOutputsParams`: exactly one constraint. `json` (a schema), `json_object`
-    and `grammar` (GBNF) are honoured; the others are refused by name."""
+    """vLLM's `StructuredOutputsParams`: exactly one constraint. `json` (a schema), `json_object`,
+    `grammar` (GBNF) and `structural_tag` (its legacy shape) are honoured; the others are
+    refused by name."""
 
     json_: Annotated[dict[str, Any] | str | None, Field(alias="json")] = None
     grammar: str | None = None
@@ -56,7 +57,6 @@ class StructuredOutputs(RequestModel):
     unsupported: ClassVar[dict[str, tuple[Any, ...]]] = {
         "regex": (None,),
         "choice": (None,),
-        "structural_tag": (None,),
         "disable_any_whitespace": (False,),
         "disable_additional_properties": (False,),
         "whitespace_pattern": (None,),

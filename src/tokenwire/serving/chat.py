@@ -24,7 +24,7 @@ from ..protocol.chat import (
     ChoiceLogprobs,
     ResponseMessage,
 )
-from ..protocol.common import Usage
+from ..protocol.common import ResponseWarning, Usage
 from ..protocol.render import MessageSpan, RenderResponse
 from ..protocol.tools import DeltaFunction, DeltaToolCall, ResponseFunction, ResponseToolCall
 from .checks import check_generation_request
@@ -138,6 +138,11 @@ class ChatService(GenerationService):
         check = req.check_drift if req.check_drift is not None else self._settings.check_drift
         if check:
             warnings = [*(warnings or []), *drift_warnings(req.messages, space, template)]
+        if constraints.unconstrained:
+            warnings = [*(warnings or []), ResponseWarning(
+                code="tool_calls_unconstrained", param="tool_choice",
+                message=f"model {model.id!r} cannot constrain tool calls (its engine has no "
+                        "lazy grammar): calls the model writes are parsed, not enforced")]
         requested = req.max_completion_tokens or req.max_tokens
         budget = completion_budget(
             prompt_len=len(conv.ids), max_model_len=model.max_model_len,
@@ -281,7 +286,8 @@ class ChatService(GenerationService):
                                              parsed.calls + tail.calls, parsed.ids + tail.ids,
                                              parsed.events + tail.events)
                     ids, text, events = parsed.ids, parsed.content, parsed.events
-                    visible = bool(text or parsed.calls or (ids and delta_ids))
+                    visible = bool(text or parsed.calls or (ids and delta_ids)
+                                   or (events and req.logprobs))
                 if visible:
                     out = plan.out_ids(ids, text)
                     yield ChatCompletionChunk(**env, choices=[ChatChunkChoice(

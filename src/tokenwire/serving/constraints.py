@@ -22,6 +22,9 @@ class Constraints:
     """Tool calls are parsed out of the output (tool_choice other than "none")."""
     named: bool = False
     """A named tool_choice: the finish reason stays "stop", as OpenAI's."""
+    unconstrained: bool = False
+    """tool_choice "auto" on an engine without lazy grammars: calls are parsed, not enforced
+    (the response says so in a warning)."""
 
 
 def _choice(req: ChatCompletionRequest) -> str | NamedToolChoice:
@@ -72,7 +75,7 @@ def resolve_constraints(req: ChatCompletionRequest, info: EngineInfo, model: str
     if choice == "auto":
         if not info.supports_lazy_grammar:
             # the model may still call: its output is parsed, unconstrained (docs/api.md)
-            return Constraints(parse_tools=True)
+            return Constraints(parse_tools=True, unconstrained=True)
         grammar = tool_call_grammar(specs, parallel=parallel, lazy=True,
                                     open_tag=HERMES.open_tag, close_tag=HERMES.close_tag)
         return Constraints(grammar=grammar, parse_tools=True)

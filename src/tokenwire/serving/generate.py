@@ -16,7 +16,7 @@ import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass
 
-from ..engines.base import Grammar, TokenEvent
+from ..engines.base import Grammar, StructuralTag, TokenEvent
 from ..errors import (
     ContentPolicyViolationError,
     InvalidRequestError,
@@ -34,7 +34,7 @@ from ..protocol.generate import (
     StructuredOutputs,
 )
 from .generation import ChoiceUpdate, run_choices
-from .grammar import json_grammar, schema_grammar
+from .grammar import json_grammar, schema_grammar, tags_grammar
 from .models import ServedModel
 from .plan import ANONYMOUS, Caller, GenerationService, Plan, check_engine_features
 from .sampling import choice_params, completion_budget
@@ -89,16 +89,24 @@ def _grammar(so: StructuredOutputs | None, model: ServedModel) -> Grammar | None
     param = "sampling_params.structured_outputs"
     _refuse_unsupported(so, f"{param}.")
     given = [k for k, v in (("json", so.json_), ("grammar", so.grammar),
-                            ("json_object", so.json_object)) if v not in (None, False)]
+                            ("json_object", so.json_object),
+                            ("structural_tag", so.structural_tag)) if v not in (None, False)]
     if len(given) != 1:
-        raise InvalidRequestError("structured_outputs needs exactly one of json, json_object "
-                                  "and grammar", param=param, code="invalid_value")
+        raise InvalidRequestError("structured_outputs needs exactly one of json, json_object, "
+                                  "grammar and structural_tag", param=param,
+                                  code="invalid_value")
     if not model.engine.info.supports_grammar:
         raise UnsupportedParameterError(
             f"model {model.id!r} cannot constrain its output (no grammar support)",
             param=param)
     if so.grammar is not None:
-        return Grammar(so.grammar)
+        return Grammar(so.grammar, param=f"{param}.grammar")
+    if so.structural_tag is not None:
+        if not model.engine.info.supports_lazy_grammar:
+            raise UnsupportedParameterError(
+                f"model {model.id!r} cannot follow a lazy grammar",
+                param=f"{param}.structural_tag")
+        return _structural_tag(so.structural_tag, f"{param}.structural_tag")
     if so.json_object:
         return json_grammar()
     schema = so.json_
@@ -109,6 +117,39 @@ def _grammar(so: StructuredOutputs | None, model: ServedModel) -> Grammar | None
             raise InvalidRequestError(f"json is not a JSON schema: {exc}",
                                       param=f"{param}.json", code="invalid_value") from exc
     return schema_grammar(schema, f"{param}.json")
+
+
+def _structural_tag(text: str, param: str) -> Grammar:
+    """vLLM's legacy structural tag: free text until a trigger, then one of the structures
+    (tokenwire's grammar then allows only further structures, a newline apart; docs/api.md)."""
+    try:
+        tag = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidRequestError(f"structural_tag is not JSON: {exc}", param=param,
+                                  code="invalid_value") from exc
+    if not isinstance(tag, dict) or "format" in tag:
+        raise UnsupportedParameterError(
+            "only the structural tag shape {type, structures, triggers} is supported",
+            param=param)
+    structures, triggers = tag.get("structures"), tag.get("triggers")
+    if not isinstance(structures, list) or not structures or not all(
+            isinstance(s, dict) and isinstance(s.get("begin"), str)
+            and isinstance(s.get("end"), str) for s in structures) \
+            or not isinstance(triggers, list) or not triggers \
+            or not all(isinstance(t, str) and t for t in triggers):
+        raise InvalidRequestError(
+            "structural_tag needs structures [{begin, schema, end}] and triggers [strings]",
+            param=param, code="invalid_value")
+    tags = [(StructuralTag(s["begin"], json.dumps(s.get("schema", {})), s["end"]),
+             f"{param}.structures[{i}].schema") for i, s in enumerate(structures)]
+    for i, (t, _) in enumerate(tags):
+        if not any(t.begin.startswith(w) for w in triggers):
+            raise InvalidRequestError("each structure's begin must start with a trigger",
+                                      param=f"{param}.structures[{i}].begin",
+                                      code="invalid_value")
+    grammar = tags_grammar(tags, parallel=True, param=param)
+    return Grammar(grammar.gbnf, triggers=tuple(triggers), tags=tuple(t for t, _ in tags),
+                   param=param)
 
 
 @dataclass(kw_only=True)

@@ -119,12 +119,14 @@ class Conversation:
     """1 for each id that came from an assistant message's `token_ids`, else 0."""
 
 
-def _template_call(c: ToolCall) -> dict[str, Any]:
-    """A call as templates read it: vLLM's convention, `arguments` parsed when it is JSON."""
+def _template_call(c: ToolCall, param: str) -> dict[str, Any]:
+    """A call as templates read it: vLLM's convention, `arguments` parsed when it is JSON (and
+    checked again: JSON escapes can spell the reserved characters)."""
     try:
         args: Any = json.loads(c.function.arguments)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         args = c.function.arguments
+    _check_client_text(args, f"{param}.function.arguments")
     return {"id": c.id, "type": c.type, "function": {"name": c.function.name, "arguments": args}}
 
 
@@ -161,7 +163,8 @@ def render_messages(messages: Sequence[ChatMessage], space: TokenSpace,
         if m.tool_calls and m.token_ids is None:
             if native:
                 extra["tool_calls"] = template.client_text(
-                    [_template_call(c) for c in m.tool_calls])
+                    [_template_call(c, f"messages[{i}].tool_calls[{j}]")
+                     for j, c in enumerate(m.tool_calls)])
             else:
                 tail = HERMES.calls_text("", m.tool_calls)
                 ids = ids + enc(("\n" if ids else "") + tail)

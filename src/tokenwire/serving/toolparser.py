@@ -75,6 +75,7 @@ class ToolCallParser:
         self.calls: list[ParsedCall] = []
         self._after_call = False  # whitespace right after a call is syntax
         self._ws = ""  # whitespace before a tag, until it is known to open a call
+        self._last_call = False  # the last thing classified was a call (not content)
         # JSON scanning state of the arguments value
         self._depth = 0
         self._in_str = False
@@ -96,26 +97,35 @@ class ToolCallParser:
     def finish(self) -> ParsedDelta:
         out = ParsedDelta()
         self._drain(out, final=True)
+        if self._state == _TAIL:  # no closing tag: what follows the arguments is read as text
+            self._state, self._buf = _TEXT, self._tail_text(self._buf)
+            self._after_call = True
+            self._drain(out, final=True)
         buf, self._buf = self._buf, ""
         if self._state == _TEXT:
-            if buf and not (self._after_call or (self.calls and not buf.strip())):
+            if buf and not (self._after_call or (self._last_call and not buf.strip())):
                 out.content += buf
         elif self._state == _HEAD:
             out.content += self._ws + buf  # a tag with no call after it: the model's text
         elif self._state == _ARGS:
             self._args(out, buf)  # cut short (length): the arguments as far as they got
-        self._state = _TEXT
+        self._state, self._ws = _TEXT, ""
         return self._with_ids(out)
 
     # -- internals ----------------------------------------------------------------------------
 
     def _with_ids(self, out: ParsedDelta) -> ParsedDelta:
-        released = self._seen - len(self._buf)
+        released = self._seen - len(self._buf) - len(self._ws)
         while self._pending and self._pending[0][0] <= released:
             _, ids, events = self._pending.popleft()
             out.ids += ids
             out.events += events
         return out
+
+    def _content(self, out: ParsedDelta, text: str) -> None:
+        if text:
+            out.content += text
+            self._last_call = False
 
     def _args(self, out: ParsedDelta, text: str) -> None:
         if text:
@@ -132,7 +142,7 @@ class ToolCallParser:
             elif self._state == _ARGS:
                 self._args_step(out)
             else:
-                self._tail_step()
+                self._tail_step(out)
             if (self._state, len(self._buf)) == before:
                 return  # waiting for more text
 
@@ -149,7 +159,7 @@ class ToolCallParser:
         if at >= 0:
             text = buf[:at]
             core = text.rstrip()
-            out.content += core
+            self._content(out, core)
             self._ws = text[len(core):]  # syntax before a call; content if none follows
             self._buf = buf[at:]
             self._state = _HEAD
@@ -163,13 +173,14 @@ class ToolCallParser:
         body = buf[:len(buf) - keep]
         free = body.rstrip()
         if free:
-            out.content += free
+            self._content(out, free)
             self._buf = buf[len(free):]
 
     def _head_step(self, out: ParsedDelta) -> None:
         after = self._buf[len(self._open):].lstrip()
         if after and after[0] != "{":  # not a call: the tag is the model's text
-            out.content += self._ws + self._open
+            self._content(out, self._ws + self._open)
+            self._ws = ""
             self._buf = self._buf[len(self._open):]
             self._state = _TEXT
             return
@@ -183,6 +194,7 @@ class ToolCallParser:
             self.calls.append(call)
             out.calls.append(CallPiece(len(self.calls) - 1, id=call.id, name=name))
             self._buf = self._buf[m.end():]
+            self._ws = ""
             self._state = _ARGS
             self._depth, self._in_str, self._esc, self._started = 0, False, False, False
             return
@@ -203,9 +215,10 @@ class ToolCallParser:
             self.calls.append(call)
             out.calls.append(CallPiece(len(self.calls) - 1, id=call.id, name=call.name,
                                        arguments=text))
-            self._after_call = True
+            self._after_call = self._last_call = True
         else:
-            out.content += self._ws + whole
+            self._content(out, self._ws + whole)
+        self._ws = ""
         self._buf = self._buf[len(whole):]
         self._state = _TEXT
 
@@ -226,6 +239,8 @@ class ToolCallParser:
         done = False
         while i < len(buf) and not done:
             c = buf[i]
+            if not self._in_str and buf.startswith(self._close, i):
+                break  # unbalanced arguments: the closing tag ends them
             if self._in_str:
                 if self._esc:
                     self._esc = False
@@ -243,15 +258,29 @@ class ToolCallParser:
                 self._depth -= 1
                 done = self._depth == 0
             i += 1
+        if i == len(buf) and not done and not self._in_str:
+            # hold what may be the start of the closing tag
+            for n in range(min(len(buf) - start, len(self._close) - 1), 0, -1):
+                if self._close.startswith(buf[len(buf) - n:]):
+                    i -= n
+                    break
         self._args(out, buf[start:i])
         self._buf = buf[i:]
-        if done or i < len(buf):
+        if done or len(self._buf) >= len(self._close) or (
+                self._buf and not self._close.startswith(self._buf)):
             self._state = _TAIL
 
-    def _tail_step(self) -> None:
+    def _tail_text(self, text: str) -> str:
+        """What follows a call's arguments, less the format's own `}` and whitespace."""
+        rest = text.lstrip()
+        return rest[1:].strip() if rest.startswith("}") else rest.strip()
+
+    def _tail_step(self, out: ParsedDelta) -> None:
         end = self._buf.find(self._close)
         if end < 0:
             return
+        # anything but the format's syntax between the arguments and the tag: the model's text
+        self._content(out, self._tail_text(self._buf[:end]))
         self._buf = self._buf[end + len(self._close):]
         self._state = _TEXT
-        self._after_call = True
+        self._after_call = self._last_call = True
