@@ -124,16 +124,24 @@ def test_a_two_tool_agent_loop_is_exact(client: openai.OpenAI, stream: bool) -> 
 
 def test_auto_calls_are_well_formed_when_the_model_makes_them(client: openai.OpenAI) -> None:
     """tool_choice "auto": the model writes freely; once it opens a call, a lazy grammar keeps
-    the call well-formed (a 135M model seldom calls unasked: a few seeds, some call)."""
-    messages = [{"role": "system", "content": "You answer every question by calling a tool."},
-                {"role": "user", "content": "What is the weather in Paris?"}]
-    called = 0
-    for seed in range(6):
-        turn = run_turn(client, messages, False, temperature=0.7, seed=seed, max_tokens=80)
+    the call well-formed. Two earlier exchanges show the 135M model the format."""
+    def called(city: str, i: int) -> list[Any]:
+        return [{"role": "assistant", "content": None, "tool_calls": [{
+                    "id": f"call_{i}", "type": "function", "function": {
+                        "name": "get_weather", "arguments": json.dumps({"city": city})}}]},
+                {"role": "tool", "tool_call_id": f"call_{i}", "content": "sunny"},
+                {"role": "assistant", "content": f"It is sunny in {city}."}]
+    messages = [{"role": "user", "content": "Weather in Rome?"}, *called("Rome", 1),
+                {"role": "user", "content": "Weather in Oslo?"}, *called("Oslo", 2),
+                {"role": "user", "content": "Weather in Paris?"}]
+    made = 0
+    for seed in range(4):
+        turn = run_turn(client, messages, False, temperature=0.7, seed=seed, max_tokens=60)
         if turn["calls"]:
-            called += 1
+            made += 1
             check_calls(turn)
-    assert called, "no seed made a call"
+            assert turn["finish"] == "tool_calls"
+    assert made, "no seed made a call"
 
 
 def test_fifty_seeds_of_a_json_schema_are_fifty_valid_documents(client: openai.OpenAI) -> None:
