@@ -10,7 +10,7 @@ import httpx
 import openai
 import pytest
 
-from tests.conftest import LiveServer
+from tests.conftest import TEST_UPSTREAM, LiveServer
 from tokenwire.engines.base import Engine
 from tokenwire.tokenizers.hf import HFTokenizer
 
@@ -203,3 +203,20 @@ def test_disconnect_mid_stream_frees_the_engine(live_server: LiveServer,
         time.sleep(0.01)
     assert engine.n_active == 0
     assert chat(client, [{"role": "user", "content": "Say only yes."}]).choices[0].message.content
+
+
+def test_a_second_turn_comes_from_the_prefix_cache(client: openai.OpenAI, version: str) -> None:
+    """The embedded engine keeps each slot's KV: turn 2 computes only what turn 1 did not."""
+    if TEST_UPSTREAM:
+        pytest.skip("the upstream's own prefix cache is not reported through the gateway")
+    messages: list[Any] = [{"role": "user", "content": "Name a large animal."}]
+    first = chat(client, messages, return_token_ids=True, max_tokens=16)
+    prompt, out = first.model_extra["prompt_token_ids"], first.choices[0].model_extra["token_ids"]
+    messages += [{"role": "assistant", "token_ids": out},
+                 {"role": "user", "content": "And a small one?"}]
+    second = chat(client, messages, return_token_ids=True, tokenizer_version=version,
+                  max_tokens=16)
+    assert second.model_extra["prompt_token_ids"][:len(prompt) + len(out)] == prompt + out
+    cached = second.usage.prompt_tokens_details.cached_tokens  # type: ignore[union-attr]
+    assert cached >= len(prompt) + len(out) - 1
+    assert cached < second.usage.prompt_tokens

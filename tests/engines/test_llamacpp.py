@@ -258,3 +258,28 @@ async def test_idle_slots_count_before_the_queue(model_path) -> None:  # type: i
             assert isinstance([ev async for ev in s][-1], FinishEvent)
     finally:
         await eng.aclose()
+
+
+async def test_the_prefix_cache_reuses_a_conversation_and_changes_nothing(
+        engine: LlamaCppEngine, prompt_of, gguf_info: TokenizerSource) -> None:  # type: ignore[no-untyped-def]
+    """Turn 2's prompt starts with turn 1's prompt and output: only the rest is computed, and
+    the greedy output is the one a full prefill gives (a scoring request reuses nothing)."""
+    tok = gguf_info.tokenizer
+    first = prompt_of("Name three colours.")
+    out, fin = await run(engine, first, max_tokens=24)
+    assert fin.cached_tokens is not None
+    follow = tok.encode("<|im_end|>\n<|im_start|>user\nAnd three fruits?<|im_end|>\n"
+                        "<|im_start|>assistant\n", parse_special=True)
+    second = first + ids(out) + follow
+    cached_out, cached_fin = await run(engine, second, max_tokens=24)
+    # all of turn 1's ids but the last sampled one were fed, so their KV is there
+    assert cached_fin.cached_tokens is not None
+    assert cached_fin.cached_tokens >= len(first) + len(out) - 1
+    params = SamplingParams(max_tokens=24, temperature=0.0, prompt_logprobs=0)
+    events = [ev async for ev in await engine.submit(second, params)]
+    full_fin = events[-1]
+    assert isinstance(full_fin, FinishEvent) and full_fin.cached_tokens == 0
+    assert ids(cached_out) == [e.token_id for e in events if isinstance(e, TokenEvent)]
+    # the same prompt again: everything but its last token comes from the cache
+    _, again = await run(engine, second, max_tokens=1)
+    assert again.cached_tokens == len(second) - 1

@@ -112,6 +112,11 @@ class LlamaModel:
         """Drop a sequence's KV cells so its slot can take a new prompt."""
         L.llama_memory_seq_rm(self.memory, seq_id, -1, -1)
 
+    def forget_from(self, seq_id: int, pos: int) -> bool:
+        """Drop a sequence's KV cells from position `pos` on (keeping the prefix before it);
+        False where the memory cannot cut a sequence there."""
+        return bool(L.llama_memory_seq_rm(self.memory, seq_id, pos, -1))
+
     def logprobs(self, index: int) -> np.ndarray:
         """log_softmax of the raw logits of the batch entry `index`."""
         ptr = L.llama_get_logits_ith(self.ctx, index)

@@ -130,6 +130,8 @@ class FinishEvent:
     n_sampled: int | None = None
     """Tokens the upstream counted as sampled, where it counts them itself (text-only engines,
     whose re-encoded ids need not be as many); None: the events are the count."""
+    cached_tokens: int | None = None
+    """Prompt tokens whose KV came from the engine's prefix cache (None: not reported)."""
 
 
 @dataclass(frozen=True, slots=True)

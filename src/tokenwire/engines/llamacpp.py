@@ -54,6 +54,8 @@ class _Seq:
     emit: Callable[[EngineEvent | BaseException], None]
     slot: int = -1
     n_fed: int = 0  # prompt tokens already in the KV cache
+    n_cached: int = 0  # of those, reused from the slot's previous sequence (prefix cache)
+    kv: list[int] = field(default_factory=list, repr=False)  # the ids the slot's KV holds
     n_out: int = 0
     last: int = -1  # the sampled token still to be fed
     sampler: Sampler | None = None
@@ -133,6 +135,8 @@ class LlamaCppEngine:
         self._waiting: deque[_Seq] = deque()
         self._active: list[_Seq] = []
         self._free: list[int] = list(range(n_parallel))  # sequence slots; guarded by _cv
+        # prefix cache: the ids each free slot's KV cells still hold (worker thread only)
+        self._held: dict[int, list[int]] = {}
         self._cv = threading.Condition()
         self._thread: threading.Thread | None = None
         self._stopping = False
@@ -271,7 +275,8 @@ class LlamaCppEngine:
                             s.done = s.done or s.cancelled
                         self._waiting = deque(s for s in self._waiting if not s.cancelled)
                     while self._waiting and free_slots:
-                        self._admit(self._waiting.popleft(), free_slots.pop(0))
+                        seq = self._waiting.popleft()
+                        self._admit(seq, self._pick_slot(seq, free_slots))
                 if not self._active:
                     continue
                 try:
@@ -280,7 +285,7 @@ class LlamaCppEngine:
                     log.exception("engine step failed")
                     with self._cv:
                         for seq in list(self._active):
-                            self._release(seq, free_slots)  # free first, then tell
+                            self._release(seq, free_slots, keep=False)  # free, then tell
                             seq.emit(EngineError(f"the engine failed: {exc}"))
         finally:
             with self._cv:
@@ -291,6 +296,34 @@ class LlamaCppEngine:
                 self._active.clear()
                 self._waiting.clear()
             batch.free()
+
+    def _pick_slot(self, seq: _Seq, free_slots: list[int]) -> int:
+        """The free slot whose cached ids share the longest prefix with the prompt (the least
+        valuable cache when none does); it keeps that prefix's KV and drops the rest."""
+        prompt = seq.prompt
+
+        def shared(slot: int) -> int:
+            held = self._held.get(slot, ())
+            n = 0
+            for a, b in zip(held, prompt, strict=False):
+                if a != b:
+                    break
+                n += 1
+            return n
+
+        scores = [(shared(s), -len(self._held.get(s, ())), s) for s in free_slots]
+        best, _, slot = max(scores)
+        free_slots.remove(slot)
+        held = self._held.pop(slot, [])
+        # the last prompt token is always fed again (its logits pick the first output); a
+        # scoring request needs the logits of every prompt position, so it reuses nothing
+        keep = 0 if seq.params.prompt_logprobs is not None else min(best, len(prompt) - 1)
+        if keep < len(held) and not self.llama.forget_from(slot, keep):
+            keep = 0
+            self.llama.forget(slot)
+        seq.n_fed = seq.n_cached = keep
+        seq.kv = list(prompt[:keep])
+        return slot
 
     def _admit(self, seq: _Seq, slot: int) -> None:
         llama = self.llama
@@ -309,12 +342,15 @@ class LlamaCppEngine:
                 grammar=p.grammar,
             )
         except GrammarError as exc:  # serving builds the grammars: a bug, not the client's
-            self._release(seq, self._free)
+            self._release(seq, self._free, keep=False)
             seq.emit(EngineError(str(exc)))
             return
         self._active.append(seq)
 
-    def _release(self, seq: _Seq, free_slots: list[int]) -> None:
+    def _release(self, seq: _Seq, free_slots: list[int], *, keep: bool = True) -> None:
+        """Free the sequence's sampler and slot. `keep`: the slot's KV stays, remembered by the
+        ids it holds, for a later prompt that starts with them (not after a failed step, whose
+        KV is unknown)."""
         seq.done = True
         if seq in self._active:
             self._active.remove(seq)
@@ -322,7 +358,11 @@ class LlamaCppEngine:
             seq.sampler.free()
             seq.sampler = None
         if seq.slot >= 0:
-            self.llama.forget(seq.slot)
+            if keep and seq.kv:
+                self._held[seq.slot] = seq.kv
+            else:
+                self.llama.forget(seq.slot)
+                self._held.pop(seq.slot, None)
             free_slots.append(seq.slot)
             seq.slot = -1
 
@@ -335,6 +375,7 @@ class LlamaCppEngine:
             if seq.n_fed == len(seq.prompt):
                 pos = len(seq.prompt) + seq.n_out - 1
                 seq.batch_index = batch.add(seq.last, pos, seq.slot, True)
+                seq.kv.append(seq.last)
                 sampling.append(seq)
                 budget -= 1
         # then prompt chunks, oldest request first, in what room is left
@@ -355,6 +396,7 @@ class LlamaCppEngine:
                     sampling.append(seq)
                 elif score:
                     seq.scoring.append((pos, idx))
+            seq.kv += seq.prompt[seq.n_fed:seq.n_fed + take]
             seq.n_fed += take
             budget -= take
         rc = llama.decode(batch)
@@ -372,7 +414,7 @@ class LlamaCppEngine:
             if seq.params.max_tokens <= 0:
                 with self._cv:
                     self._release(seq, free_slots)
-                seq.emit(FinishEvent("length"))
+                seq.emit(FinishEvent("length", cached_tokens=seq.n_cached))
                 continue
             self._sample(llama, seq, free_slots)
 
@@ -385,13 +427,13 @@ class LlamaCppEngine:
         seq.n_out += 1
         finished: FinishEvent | None = None
         if token in seq.stops:
-            finished = FinishEvent("stop", stop_token=ev)
+            finished = FinishEvent("stop", stop_token=ev, cached_tokens=seq.n_cached)
         else:
             seq.emit(ev)
             seq.last = token
             full = len(seq.prompt) + seq.n_out >= llama.n_ctx_seq
             if seq.n_out >= seq.params.max_tokens or full:
-                finished = FinishEvent("length")
+                finished = FinishEvent("length", cached_tokens=seq.n_cached)
         if finished is not None:
             with self._cv:
                 self._release(seq, free_slots)

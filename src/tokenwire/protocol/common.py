@@ -15,6 +15,7 @@ __all__ = [
     "ModelCard",
     "ModelList",
     "PromptLogprob",
+    "PromptTokensDetails",
     "ResponseWarning",
     "StreamOptions",
     "TokenId",
@@ -58,11 +59,26 @@ class PromptLogprob(ResponseModel):
     decoded_token: str | None = None
 
 
+class PromptTokensDetails(ResponseModel):
+    cached_tokens: int
+    """Prompt tokens whose KV came from the engine's prefix cache (not computed again)."""
+
+
 class Usage(ResponseModel):
+    omit_if_none = frozenset({"prompt_tokens_details"})
     prompt_tokens: int
     completion_tokens: int
     """Every token the model sampled, the end-of-generation token included."""
     total_tokens: int
+    prompt_tokens_details: PromptTokensDetails | None = None
+    """OpenAI's: where the engine reports its prefix cache (the embedded one does)."""
+
+    @classmethod
+    def of(cls, prompt: int, completion: int, cached: int | None = None) -> Usage:
+        return cls(prompt_tokens=prompt, completion_tokens=completion,
+                   total_tokens=prompt + completion,
+                   prompt_tokens_details=PromptTokensDetails(cached_tokens=cached)
+                   if cached is not None else None)
 
 
 class LogprobEntry(ResponseModel):

@@ -235,8 +235,7 @@ class ChatService(GenerationService):
             **plan.envelope(),
             warnings=plan.warnings,
             choices=choices,
-            usage=Usage(prompt_tokens=len(plan.prompt), completion_tokens=completion,
-                        total_tokens=len(plan.prompt) + completion),
+            usage=Usage.of(len(plan.prompt), completion, acc[0].cached_tokens),
             prompt_token_ids=plan.prompt if req.return_token_ids and not plan.space.translate
             else None,
             prompt_logprobs=prompt_logprobs(tok, plan.prompt, scored, as_ids=as_ids)
@@ -271,6 +270,7 @@ class ChatService(GenerationService):
             )
             first = False
         completion = 0
+        cached: int | None = None
         try:
             async for u in updates:
                 parser = parsers[u.index]
@@ -305,6 +305,8 @@ class ChatService(GenerationService):
                     )])
                 if u.finish_reason is not None:
                     completion += u.n_sampled
+                    if u.index == 0:
+                        cached = u.cached_tokens
                     yield ChatCompletionChunk(**env, choices=[ChatChunkChoice(
                         index=u.index, delta=ChatDelta(token_ids=no_ids),
                         finish_reason=plan.finish_reason(u.finish_reason, parser),
@@ -321,6 +323,5 @@ class ChatService(GenerationService):
             yield ChatCompletionChunk(
                 **env,
                 choices=[],
-                usage=Usage(prompt_tokens=len(plan.prompt), completion_tokens=completion,
-                            total_tokens=len(plan.prompt) + completion),
+                usage=Usage.of(len(plan.prompt), completion, cached),
             )

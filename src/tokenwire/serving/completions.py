@@ -61,10 +61,13 @@ class _Plan(Plan):
     def echo_text(self, choice: int) -> str:
         return self.model.tokenizer.decode(self.prompt_of(choice)) if self.req.echo else ""
 
-    def usage(self, completion: int) -> Usage:
+    def usage(self, completion: int, cached: dict[int, int | None]) -> Usage:
+        """`cached`: by choice index, what the prefix cache served; each prompt counts its
+        first choice's (the others run the same prompt)."""
         prompt = sum(len(p) for p in self.prompts)
-        return Usage(prompt_tokens=prompt, completion_tokens=completion,
-                     total_tokens=prompt + completion)
+        firsts = [cached.get(i * self.req.n) for i in range(len(self.prompts))]
+        known = None if any(c is None for c in firsts) else sum(c or 0 for c in firsts)
+        return Usage.of(prompt, completion, known)
 
 
 class CompletionService(GenerationService):
@@ -160,7 +163,8 @@ class CompletionService(GenerationService):
                 stop_reason=a.stop_reason if req.return_token_ids else None,
             ))
         return Completion(**plan.envelope(), warnings=plan.warnings, choices=choices,
-                          usage=plan.usage(sum(a.n_sampled for a in acc)))
+                          usage=plan.usage(sum(a.n_sampled for a in acc),
+                                           {i: a.cached_tokens for i, a in enumerate(acc)}))
 
     async def stream(self, req: CompletionRequest, caller: Caller = ANONYMOUS,
                      ) -> AsyncIterator[CompletionChunk]:
@@ -198,6 +202,7 @@ class CompletionService(GenerationService):
                 yield chunk(c, plan.echo_text(c) if not scored_echo else "", ids=[],
                             first=True)
         completion = 0
+        cached: dict[int, int | None] = {}
         async with contextlib.aclosing(updates):
             async for u in updates:
                 c = u.index
@@ -210,10 +215,11 @@ class CompletionService(GenerationService):
                                 if req.logprobs is not None else None)
                 if u.finish_reason is not None:
                     completion += u.n_sampled
+                    cached[u.index] = u.cached_tokens
                     yield chunk(c, "", ids=[], finish=u.finish_reason,
                                 stop_reason=u.stop_reason)
                     if u.finish_reason == "content_filter":
                         raise ContentPolicyViolationError(
                             "the output was stopped by the server's content policy")
         if req.stream_options is not None and req.stream_options.include_usage:
-            yield CompletionChunk(**env, choices=[], usage=plan.usage(completion))
+            yield CompletionChunk(**env, choices=[], usage=plan.usage(completion, cached))

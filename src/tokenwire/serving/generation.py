@@ -40,6 +40,8 @@ class ChoiceUpdate:
     stop_event: TokenEvent | None = None
     """On the finishing update: the end-of-generation token that ended the choice, if one did
     (it is not part of the delta)."""
+    cached_tokens: int | None = None
+    """On the finishing update: prompt tokens the engine's prefix cache served (if it says)."""
 
 
 @dataclass
@@ -54,6 +56,7 @@ class ChoiceResult:
     stop_reason: int | str | None = None
     stop_event: TokenEvent | None = None
     n_sampled: int = 0
+    cached_tokens: int | None = None
 
     @property
     def text(self) -> str:
@@ -70,6 +73,7 @@ class ChoiceResult:
             self.stop_reason = u.stop_reason
             self.stop_event = u.stop_event
             self.n_sampled = u.n_sampled
+            self.cached_tokens = u.cached_tokens
 
 
 async def collect(updates: AsyncGenerator[ChoiceUpdate, None], n: int) -> list[ChoiceResult]:
@@ -115,7 +119,8 @@ async def _pump(index: int, stream: EventStream, decoder: OutputDecoder,
                 if ev.n_sampled is not None:
                     n_sampled = ev.n_sampled  # the upstream's own count (text-only engines)
                 out.put_nowait(ChoiceUpdate(index, decoder.finish(), ev.reason, stop_reason,
-                                            n_sampled, stop_event=ev.stop_token))
+                                            n_sampled, stop_event=ev.stop_token,
+                                            cached_tokens=ev.cached_tokens))
                 return
         raise ServiceUnavailableError("the engine ended a sequence without finishing it")
     except Exception as exc:  # noqa: BLE001 - handed to the consumer, which raises it
