@@ -494,3 +494,26 @@ async def test_grammars_go_upstream_in_each_protocols_fields(tok, gguf_info, mod
         assert sent["grammar"] == lazy.gbnf and sent["grammar_lazy"] is True
         assert sent["grammar_triggers"] == [{"type": 1, "value": "<tool_call>"}]
         assert sent["preserved_tokens"] == ["<tool_call>"]
+
+
+async def test_a_pooled_connection_the_server_closed_is_not_a_dead_replica(
+        tok, gguf_info, model_path) -> None:  # type: ignore[no-untyped-def]
+    """llama-server closes idle keep-alive connections after 5 s; a request that went out on
+    one just then is sent again on a fresh connection, and the replica stays up."""
+    import aiohttp
+
+    up = Upstream(tok, llama_routes(lambda r: captured("completion_stream_eos_return_tokens")))
+    async with engine("llama-server", up, gguf_info, model_path) as eng:
+        real = eng.http.request
+        dropped = []
+
+        async def flaky(method: str, url: str, **kw: Any) -> Any:
+            if not dropped:
+                dropped.append(url)
+                raise aiohttp.ServerDisconnectedError()
+            return await real(method, url, **kw)
+
+        eng.http.request = flaky  # type: ignore[method-assign]
+        events = await run(eng, [1, 4093], temperature=0.0)
+        assert dropped and isinstance(events[-1], FinishEvent)
+        assert eng.health().ok

@@ -354,10 +354,19 @@ class UpstreamEngine:
     def model_name(self) -> str | None:
         return self._model
 
+    async def send(self, method: str, url: str, **kw: Any) -> aiohttp.ClientResponse:
+        """A request; sent once more on a fresh connection when the pooled one it went out on
+        turns out closed before any answer (a server's keep-alive timeout racing our reuse:
+        llama-server drops idle connections after 5 s), which is not the replica failing."""
+        try:
+            return await self.http.request(method, url, **kw)
+        except aiohttp.ServerDisconnectedError:
+            return await self.http.request(method, url, **kw)
+
     async def call(self, replica: Replica, method: str, path: str, body: Any = None,
                    ) -> tuple[int, Any]:
         """One request with a JSON answer: (status, the parsed body, or None)."""
-        async with self.http.request(method, replica.url + path, json=body) as r:
+        async with await self.send(method, replica.url + path, json=body) as r:
             data = await r.read()
         try:
             return r.status, json.loads(data) if data else None
@@ -592,7 +601,7 @@ class UpstreamEngine:
                                         upstream_connect_timeout, sock_read=None) \
             if body.get("stream") is False else None
         try:
-            resp = await self.http.post(r.url + path, json=body, timeout=timeout)
+            resp = await self.send("POST", r.url + path, json=body, timeout=timeout)
         except TRANSPORT_ERRORS as exc:
             r.down(f"request failed: {exc!r}")
             raise _Failover(f"{r.name}: unreachable") from exc
