@@ -283,3 +283,35 @@ async def test_the_prefix_cache_reuses_a_conversation_and_changes_nothing(
     # the same prompt again: everything but its last token comes from the cache
     _, again = await run(engine, second, max_tokens=1)
     assert again.cached_tokens == len(second) - 1
+
+
+async def test_a_worker_that_dies_says_why_in_health(model_path) -> None:  # type: ignore[no-untyped-def]
+    """An error outside a decode step stops the worker: every sequence gets a 503, samplers and
+    slots are freed, and health() reports it with the reason (so /health answers 503 and a
+    supervisor restarts the process), instead of a server that says ok and serves nothing."""
+    eng = LlamaCppEngine(model_path, max_model_len=512, n_parallel=2)
+    await eng.start()
+    try:
+        assert eng.health().ok
+        running = await eng.submit([1, 2, 3], SamplingParams(max_tokens=200, temperature=0.0))
+        first = await running.__anext__()
+        assert isinstance(first, TokenEvent)
+
+        def broken(seq, free_slots):  # type: ignore[no-untyped-def]
+            raise RuntimeError("boom")
+
+        eng._pick_slot = broken  # type: ignore[method-assign]
+        waiting = await eng.submit([1, 2, 3], SamplingParams(max_tokens=4))
+        with pytest.raises(ServiceUnavailableError):
+            async for _ in waiting:
+                pass
+        with pytest.raises(ServiceUnavailableError):
+            async for _ in running:
+                pass
+        health = eng.health()
+        assert not health.ok and "boom" in (health.reason or "")
+        assert eng.n_active == 0 and eng.n_waiting == 0
+        with pytest.raises(ServiceUnavailableError):
+            await eng.submit([1, 2, 3], SamplingParams(max_tokens=4))
+    finally:
+        await eng.aclose()

@@ -10,6 +10,8 @@ against that server built from them (docs/engines.md). Its conventions, translat
   greedy, `temperature` then `top_p` then the seeded draw otherwise, none of llama-server's
   own defaults (top-k 40, min-p 0.05, ...) in between;
 - `n_probs` gives raw (pre-sampling) logprobs with ids, one entry per chunk;
+- `timings_per_token` puts `timings.cache_n` (prompt tokens its slot cache served) on the first
+  chunk: the finish event's `cached_tokens`;
 - a grammar goes as `grammar` (GBNF), a lazy one with `grammar_lazy` and `grammar_triggers`
   (`{"type": 1, "value": word}`, type 1 being COMMON_GRAMMAR_TRIGGER_TYPE_WORD);
 - fields whose llama-server meaning differs are refused by name: penalties (it counts the
@@ -46,8 +48,12 @@ class _Decoder(ChunkDecoder):
     def __init__(self, params: SamplingParams, stops: frozenset[int]):
         self._params = params
         self._stops = stops
+        self._cached: int | None = None
 
     def feed(self, chunk: dict[str, Any]) -> list[EngineEvent]:
+        cached = (chunk.get("timings") or {}).get("cache_n")
+        if self._cached is None and isinstance(cached, int):
+            self._cached = cached  # prompt tokens its slot's cache served
         k = self._params.logprobs
         probs = chunk.get("completion_probabilities") or []
         events: list[EngineEvent] = []
@@ -59,14 +65,15 @@ class _Decoder(ChunkDecoder):
                             for e in p.get("top_logprobs") or [])[:k]
                 ev = TokenEvent(t, float(p["logprob"]), top)
             if self._params.max_tokens == 0:  # llama-server samples one token anyway
-                return [FinishEvent("length")]
+                return [FinishEvent("length", cached_tokens=self._cached)]
             if t in self._stops:
-                return [*events, FinishEvent("stop", stop_token=ev)]
+                return [*events, FinishEvent("stop", stop_token=ev,
+                                             cached_tokens=self._cached)]
             events.append(ev)
         if chunk.get("stop"):
             # "eos" was handled with its token; "limit": n_predict or the slot is full
             events.append(FinishEvent("length" if chunk.get("stop_type") == "limit"
-                                      else "stop"))
+                                      else "stop", cached_tokens=self._cached))
         return events
 
 
@@ -124,6 +131,7 @@ class LlamaServerEngine(UpstreamEngine):
             "stream": True,
             "return_tokens": True,
             "cache_prompt": params.cache_salt is None,
+            "timings_per_token": True,  # the first chunk says how much of the prompt was cached
         }
         if params.seed is not None:
             body["seed"] = params.seed

@@ -140,6 +140,8 @@ class LlamaCppEngine:
         self._cv = threading.Condition()
         self._thread: threading.Thread | None = None
         self._stopping = False
+        self._died: str | None = None
+        """Why the worker stopped, when it did on its own (an error outside a step)."""
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -173,6 +175,7 @@ class LlamaCppEngine:
                 llama.close()
                 raise TokenizerParityError(miss.describe(f"llama.cpp ({self._path.name})"))
         self._stopping = False
+        self._died = None
         self._thread = threading.Thread(target=self._run, name="llamacpp-engine", daemon=True)
         self._thread.start()
 
@@ -203,7 +206,8 @@ class LlamaCppEngine:
     def health(self) -> EngineHealth:
         thread = self._thread
         if thread is None or not thread.is_alive() or self._stopping:
-            return EngineHealth(ok=False, reason="the embedded engine is not running")
+            return EngineHealth(ok=False,
+                                reason=self._died or "the embedded engine is not running")
         return EngineHealth(ok=True)
 
     @property
@@ -275,8 +279,8 @@ class LlamaCppEngine:
                             s.done = s.done or s.cancelled
                         self._waiting = deque(s for s in self._waiting if not s.cancelled)
                     while self._waiting and free_slots:
-                        seq = self._waiting.popleft()
-                        self._admit(seq, self._pick_slot(seq, free_slots))
+                        slot = self._pick_slot(self._waiting[0], free_slots)
+                        self._admit(self._waiting.popleft(), slot)
                 if not self._active:
                     continue
                 try:
@@ -287,14 +291,19 @@ class LlamaCppEngine:
                         for seq in list(self._active):
                             self._release(seq, free_slots, keep=False)  # free, then tell
                             seq.emit(EngineError(f"the engine failed: {exc}"))
+        except Exception as exc:  # noqa: BLE001 - the loop itself failed: say so in /health
+            log.exception("the embedded engine's worker stopped")
+            self._died = f"the embedded engine's worker stopped: {exc!r}"
         finally:
             with self._cv:
                 self._stopping = True  # also when the loop died: refuse new work from now on
-                for seq in [*self._active, *self._waiting]:
+                for seq in list(self._active):
+                    self._release(seq, free_slots, keep=False)  # sampler and slot freed
                     seq.emit(ServiceUnavailableError("the engine shut down"))
+                waiting, self._waiting = list(self._waiting), deque()
+                for seq in waiting:  # out of the queue first, then told
                     seq.done = True
-                self._active.clear()
-                self._waiting.clear()
+                    seq.emit(ServiceUnavailableError("the engine shut down"))
             batch.free()
 
     def _pick_slot(self, seq: _Seq, free_slots: list[int]) -> int:
