@@ -192,7 +192,7 @@ class ChatService(GenerationService):
         return RenderResponse(
             request_id=plan.id, token_ids=plan.prompt, model=plan.model.id,
             sampling_params=sp, stream=req.stream,
-            tokenizer_version=plan.space.client.version,
+            tokenizer_version=plan.space.model.version,  # the prompt is in the model's ids
             template_version=plan.model.template_version,
             spans=[MessageSpan(message_index=i, role=req.messages[i].role, start=a, end=b)
                    for i, a, b in plan.conv.spans],
