@@ -221,3 +221,14 @@ def test_a_second_turn_comes_from_the_prefix_cache(client: openai.OpenAI, versio
     cached = second.usage.prompt_tokens_details.cached_tokens  # type: ignore[union-attr]
     assert cached >= len(prompt) + len(out) - 1
     assert cached < second.usage.prompt_tokens
+
+
+def test_vllms_generate_reports_the_cache_too(live_server: LiveServer) -> None:
+    if TEST_UPSTREAM == "tokenwire":
+        pytest.skip("vLLM's generate protocol does not carry the upstream's cached count")
+    prompt = [1, 4093, 198, 21337, 253, 1345, 2511, 30, 2, 198, 1, 520, 9531, 198]
+    body = {"token_ids": prompt, "sampling_params": {"temperature": 0, "max_tokens": 4}}
+    with httpx.Client(base_url=live_server.url, timeout=120) as http:
+        http.post("/inference/v1/generate", json=body).raise_for_status()
+        usage = http.post("/inference/v1/generate", json=body).json()["usage"]
+    assert usage["prompt_tokens_details"]["cached_tokens"] == len(prompt) - 1

@@ -248,9 +248,9 @@ class GenerateService(GenerationService):
         return {"warnings": plan.warnings,
                 "prompt_token_ids": plan.prompt if plan.req.return_token_ids else None}
 
-    def _usage(self, plan: _Plan, completion: int) -> Usage:
-        return Usage(prompt_tokens=len(plan.prompt), completion_tokens=completion,
-                     total_tokens=len(plan.prompt) + completion)
+    def _usage(self, plan: _Plan, completion: int, cached: int | None) -> Usage:
+        """vLLM's usage, with `prompt_tokens_details.cached_tokens` where the engine says."""
+        return Usage.of(len(plan.prompt), completion, cached)
 
     async def create(self, req: GenerateRequest, caller: Caller = ANONYMOUS) -> GenerateResponse:
         plan = self.plan(req, caller)
@@ -264,7 +264,8 @@ class GenerateService(GenerationService):
             else None
         return GenerateResponse(
             **self._envelope(plan), **self._first(plan), model=plan.model.id,
-            created=int(time.time()), usage=self._usage(plan, sum(a.n_sampled for a in acc)),
+            created=int(time.time()), usage=self._usage(plan, sum(a.n_sampled for a in acc),
+                                                         acc[0].cached_tokens),
             prompt_logprobs=_prompt_logprobs(plan.prompt, scored) if scored is not None
             else None,
             choices=choices)
@@ -280,6 +281,7 @@ class GenerateService(GenerationService):
         env = self._envelope(plan)
         first = self._first(plan)
         completion = 0
+        cached: int | None = None
         try:
             async for u in updates:
                 if not u.delta and u.finish_reason is None:
@@ -288,6 +290,8 @@ class GenerateService(GenerationService):
                     raise ContentPolicyViolationError(
                         "the output was stopped by the server's content policy")
                 completion += u.n_sampled
+                if u.index == 0 and u.finish_reason is not None:
+                    cached = u.cached_tokens
                 choice = self._choice(plan, u.index, u.delta.ids, u.delta.events,
                                       u.finish_reason, u.stop_reason, u.stop_event)
                 yield GenerateStreamResponse(**env, **first, choices=[choice])
@@ -296,4 +300,5 @@ class GenerateService(GenerationService):
             await updates.aclose()
         opts = plan.req.stream_options
         if opts is not None and opts.include_usage:
-            yield GenerateStreamResponse(**env, choices=[], usage=self._usage(plan, completion))
+            yield GenerateStreamResponse(**env, choices=[],
+                                         usage=self._usage(plan, completion, cached))
