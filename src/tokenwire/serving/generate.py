@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
 
 from ..engines.base import Grammar, StructuralTag, TokenEvent
@@ -35,6 +35,7 @@ from ..protocol.generate import (
 )
 from .generation import ChoiceUpdate, run_choices
 from .grammar import json_grammar, schema_grammar, tags_grammar
+from .logprobs import MISSING_LOGPROB, prompt_logprob_rows
 from .models import ServedModel
 from .plan import ANONYMOUS, Caller, GenerationService, Plan, check_engine_features
 from .sampling import choice_params, completion_budget
@@ -50,14 +51,10 @@ def _refuse_unsupported(model: object, prefix: str) -> None:
                                             param=f"{prefix}{name}")
 
 
-_MISSING = -9999.0
-"""vLLM's logprob for a token it has none for (an engine that did not report it)."""
-
-
 def _entry(ev: TokenEvent) -> GenerateLogprobEntry:
     """vLLM's logprob entry: the sampled token, then it and the most likely ones."""
     ranks = {t: r for r, (t, _) in enumerate(ev.top_logprobs, start=1)}
-    logprob = ev.logprob if ev.logprob is not None else _MISSING
+    logprob = ev.logprob if ev.logprob is not None else MISSING_LOGPROB
     top = [_lp(ev.token_id, logprob, ranks.get(ev.token_id))]
     top += [_lp(t, lp, ranks[t]) for t, lp in ev.top_logprobs if t != ev.token_id]
     return GenerateLogprobEntry(**top[0].model_dump(), top_logprobs=top)
@@ -66,19 +63,6 @@ def _entry(ev: TokenEvent) -> GenerateLogprobEntry:
 def _lp(token_id: int, logprob: float, rank: int | None) -> GenerateLogprob:
     return GenerateLogprob(token_id=token_id, token=f"token_id:{token_id}", logprob=logprob,
                            rank=rank)
-
-
-def _prompt_logprobs(prompt: Sequence[int], scored: Sequence[TokenEvent],
-                     ) -> list[dict[str, GenerateLogprob] | None]:
-    out: list[dict[str, GenerateLogprob] | None] = [None]
-    for pos, ev in enumerate(scored, start=1):
-        ranks = {t: r for r, (t, _) in enumerate(ev.top_logprobs, start=1)}
-        logprob = ev.logprob if ev.logprob is not None else _MISSING
-        row = {str(prompt[pos]): GenerateLogprob(logprob=logprob, rank=ranks.get(ev.token_id))}
-        for r, (t, lp) in enumerate(ev.top_logprobs, start=1):
-            row.setdefault(str(t), GenerateLogprob(logprob=lp, rank=r))
-        out.append(row)
-    return out
 
 
 def _grammar(so: StructuredOutputs | None, model: ServedModel) -> Grammar | None:
@@ -266,7 +250,9 @@ class GenerateService(GenerationService):
             **self._envelope(plan), **self._first(plan), model=plan.model.id,
             created=int(time.time()), usage=self._usage(plan, sum(a.n_sampled for a in acc),
                                                          acc[0].cached_tokens),
-            prompt_logprobs=_prompt_logprobs(plan.prompt, scored) if scored is not None
+            prompt_logprobs=prompt_logprob_rows(
+                plan.prompt, scored, lambda _, lp, rank: GenerateLogprob(logprob=lp, rank=rank))
+            if scored is not None
             else None,
             choices=choices)
 

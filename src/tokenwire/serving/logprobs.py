@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import codecs
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from ..engines.base import TokenEvent
 from ..protocol.common import LogprobEntry, PromptLogprob, TokenLogprob
 from ..protocol.completions import CompletionLogprobs, TopTokenLogprob
 from ..tokenizers.base import Tokenizer
 
-__all__ = ["LegacyLogprobs", "chat_logprobs", "prompt_logprobs", "token_text"]
+__all__ = ["MISSING_LOGPROB", "LegacyLogprobs", "chat_logprobs", "prompt_logprob_rows",
+           "prompt_logprobs", "token_text"]
+
+T = TypeVar("T")
 
 #: vLLM's stand-in for a logprob the engine did not report
 MISSING_LOGPROB = -9999.0
@@ -77,21 +81,29 @@ class LegacyLogprobs:
         return out
 
 
-def prompt_logprobs(tokenizer: Tokenizer, prompt: Sequence[int], scored: Sequence[TokenEvent],
-                    *, as_ids: bool = False) -> list[dict[str, PromptLogprob] | None]:
-    """vLLM's chat `prompt_logprobs`: per position (the first is null, nothing predicts it)
-    the prompt's token and the most likely ones there, keyed by id."""
-
-    def spell(t: int) -> str:
-        return f"token_id:{t}" if as_ids else token_text(tokenizer, t)
-
-    out: list[dict[str, PromptLogprob] | None] = [None]
+def prompt_logprob_rows(prompt: Sequence[int], scored: Sequence[TokenEvent],
+                        entry: Callable[[int, float, int | None], T],
+                        ) -> list[dict[str, T] | None]:
+    """vLLM's `prompt_logprobs`: per position (the first is null, nothing predicts it) the
+    prompt's token and the most likely ones there, keyed by id; `entry(id, logprob, rank)`
+    spells one in the endpoint's shape."""
+    out: list[dict[str, T] | None] = [None]
     for pos, ev in enumerate(scored, start=1):
         ranks = {t: r for r, (t, _) in enumerate(ev.top_logprobs, start=1)}
         lp = ev.logprob if ev.logprob is not None else MISSING_LOGPROB
-        t = prompt[pos]
-        row = {str(t): PromptLogprob(logprob=lp, rank=ranks.get(t), decoded_token=spell(t))}
-        for r, (c, clp) in enumerate(ev.top_logprobs, start=1):
-            row.setdefault(str(c), PromptLogprob(logprob=clp, rank=r, decoded_token=spell(c)))
+        row = {str(prompt[pos]): entry(prompt[pos], lp, ranks.get(ev.token_id))}
+        for r, (t, tlp) in enumerate(ev.top_logprobs, start=1):
+            row.setdefault(str(t), entry(t, tlp, r))
         out.append(row)
     return out
+
+
+def prompt_logprobs(tokenizer: Tokenizer, prompt: Sequence[int], scored: Sequence[TokenEvent],
+                    *, as_ids: bool = False) -> list[dict[str, PromptLogprob] | None]:
+    """Chat's `prompt_logprobs` (vLLM's `Logprob`, with `decoded_token`)."""
+
+    def entry(t: int, lp: float, rank: int | None) -> PromptLogprob:
+        spelled = f"token_id:{t}" if as_ids else token_text(tokenizer, t)
+        return PromptLogprob(logprob=lp, rank=rank, decoded_token=spelled)
+
+    return prompt_logprob_rows(prompt, scored, entry)
