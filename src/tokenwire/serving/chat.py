@@ -25,7 +25,7 @@ from ..protocol.chat import (
     ResponseMessage,
 )
 from ..protocol.common import ResponseWarning, Usage
-from ..protocol.render import MessageSpan, RenderResponse
+from ..protocol.render import RenderResponse
 from ..protocol.tools import DeltaFunction, DeltaToolCall, ResponseFunction, ResponseToolCall
 from .checks import check_generation_request
 from .constraints import Constraints, resolve_constraints
@@ -194,8 +194,7 @@ class ChatService(GenerationService):
             sampling_params=sp, stream=req.stream,
             tokenizer_version=plan.space.model.version,  # the prompt is in the model's ids
             template_version=plan.model.template_version,
-            spans=[MessageSpan(message_index=i, role=req.messages[i].role, start=a, end=b)
-                   for i, a, b in plan.conv.spans],
+            spans=plan.conv.message_spans(req.messages),
             sampled_mask=plan.conv.sampled, warnings=plan.warnings)
 
     async def create(self, req: ChatCompletionRequest) -> ChatCompletion:

@@ -14,6 +14,7 @@ from typing import Any
 from ..errors import InvalidRequestError
 from ..protocol.chat import ChatMessage, InputTokensBlock, TextBlock
 from ..protocol.common import ResponseWarning
+from ..protocol.render import MessageSpan
 from ..protocol.tools import Tool, ToolCall
 from .template import RESERVED, ChatTemplate, TemplateMessage
 from .tokens import IdSpan, TokenSpace
@@ -118,6 +119,10 @@ class Conversation:
     sampled: list[int]
     """1 for each id that came from an assistant message's `token_ids`, else 0."""
 
+    def message_spans(self, messages: Sequence[ChatMessage]) -> list[MessageSpan]:
+        return [MessageSpan(message_index=i, role=messages[i].role, start=a, end=b)
+                for i, a, b in self.spans]
+
 
 def _template_call(c: ToolCall, param: str) -> dict[str, Any]:
     """A call as templates read it: vLLM's convention, `arguments` parsed when it is JSON (and
@@ -147,7 +152,7 @@ def render_messages(messages: Sequence[ChatMessage], space: TokenSpace,
             head = _content_ids(first, space)
             text_ids = enc(("\n\n" if head else "") + system)
             out.append(TemplateMessage(first.role, head + text_ids,
-                                       **_extras(first, 0, template)))
+                                       **_extras(first, template)))
             index.append(0)
             rest = list(enumerate(messages))[1:]
         else:
@@ -159,7 +164,7 @@ def render_messages(messages: Sequence[ChatMessage], space: TokenSpace,
     for i, m in rest:
         ids = _content_ids(m, space) if (m.content is not None or m.token_ids is not None) \
             else []
-        extra = _extras(m, i, template)
+        extra = _extras(m, template)
         if m.tool_calls and m.token_ids is None:
             if native:
                 extra["tool_calls"] = template.client_text(
@@ -169,7 +174,7 @@ def render_messages(messages: Sequence[ChatMessage], space: TokenSpace,
                 tail = HERMES.calls_text("", m.tool_calls)
                 ids = ids + enc(("\n" if ids else "") + tail)
         elif m.role == "tool" and not native:
-            ids = enc("<tool_response>\n") + ids + enc("\n</tool_response>")
+            ids = enc(HERMES.result_open) + ids + enc(HERMES.result_close)
         out.append(TemplateMessage(m.role, ids, **extra))
         index.append(i)
     tool_vars = template.client_text(HERMES.template_tools(tools)) if tools and native \
@@ -187,21 +192,21 @@ def render_messages(messages: Sequence[ChatMessage], space: TokenSpace,
     return Conversation(r.ids, spans, sampled)
 
 
-def _extras(m: ChatMessage, i: int, template: ChatTemplate) -> dict[str, Any]:
-    extra: dict[str, Any] = {}
-    for key in ("name", "tool_call_id"):
-        value = getattr(m, key)
-        if value is not None:
-            _check_client_text(value, f"messages[{i}].{key}")
-            extra[key] = template.client_text(value)
-    return extra
+def _extras(m: ChatMessage, template: ChatTemplate) -> dict[str, Any]:
+    """The message's other fields a template may print (checked by `check_tools`)."""
+    return {key: template.client_text(getattr(m, key)) for key in ("name", "tool_call_id")
+            if getattr(m, key) is not None}
 
 
 def check_tools(tools: Sequence[Tool], messages: Sequence[ChatMessage]) -> None:
-    """What a template may print of the tools and of the calls in history."""
+    """What a template may print beside contents: the tools, and each message's `name`,
+    `tool_call_id` and calls (parsed arguments are checked again when rendered)."""
     for i, t in enumerate(tools):
         _check_client_text(t.model_dump(exclude_none=True), f"tools[{i}]")
     for i, m in enumerate(messages):
+        for key in ("name", "tool_call_id"):
+            if getattr(m, key) is not None:
+                _check_client_text(getattr(m, key), f"messages[{i}].{key}")
         for j, c in enumerate(m.tool_calls or []):
             _check_client_text(c.model_dump(), f"messages[{i}].tool_calls[{j}]")
 

@@ -8,7 +8,6 @@ from typing import Any
 
 from ..config import Settings
 from ..errors import InvalidRequestError
-from ..protocol.render import MessageSpan
 from ..protocol.tokenize import (
     DetokenizeRequest,
     DetokenizeResponse,
@@ -101,8 +100,7 @@ class TokenizeService:
             extra = {
                 "template_version": model.template_version if model is not None
                 else template_version(template),
-                "spans": [MessageSpan(message_index=i, role=req.messages[i].role, start=a,
-                                      end=b) for i, a, b in conv.spans],
+                "spans": conv.message_spans(req.messages),
                 "sampled_mask": conv.sampled,
             }
         else:

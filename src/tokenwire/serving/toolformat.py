@@ -57,8 +57,11 @@ class HermesFormat:
         parts += [self.call_text(c.function.name, c.function.arguments) for c in calls]
         return "\n".join(parts)
 
+    result_open = "<tool_response>\n"
+    result_close = "\n</tool_response>"
+
     def result_text(self, content: str) -> str:
-        return f"<tool_response>\n{content}\n</tool_response>"
+        return f"{self.result_open}{content}{self.result_close}"
 
     @staticmethod
     def template_tools(tools: Sequence[Tool]) -> list[dict[str, Any]]:
