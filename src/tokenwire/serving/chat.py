@@ -209,8 +209,7 @@ class ChatService(GenerationService):
             parser = plan.parser()
             calls = None
             if parser is not None:
-                parsed = parser.push(Delta(a.ids, a.text))
-                text = parsed.content + parser.finish().content
+                text = parser.push(Delta(a.ids, a.text), last=True).content
                 calls = [ResponseToolCall(id=c.id, function=ResponseFunction(
                     name=c.name, arguments=c.arguments)) for c in parser.calls] or None
                 if calls and not text:
@@ -278,12 +277,7 @@ class ChatService(GenerationService):
                     ids, text, events = u.delta.ids, u.delta.text, u.delta.events
                     visible = bool(u.delta)
                 else:
-                    parsed = parser.push(u.delta)
-                    if u.finish_reason is not None:
-                        tail = parser.finish()
-                        parsed = ParsedDelta(parsed.content + tail.content,
-                                             parsed.calls + tail.calls, parsed.ids + tail.ids,
-                                             parsed.events + tail.events)
+                    parsed = parser.push(u.delta, last=u.finish_reason is not None)
                     ids, text, events = parsed.ids, parsed.content, parsed.events
                     visible = bool(text or parsed.calls or (ids and delta_ids)
                                    or (events and req.logprobs))

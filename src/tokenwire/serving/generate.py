@@ -131,9 +131,7 @@ def _structural_tag(text: str, param: str) -> Grammar:
             raise InvalidRequestError("each structure's begin must start with a trigger",
                                       param=f"{param}.structures[{i}].begin",
                                       code="invalid_value")
-    grammar = tags_grammar(tags, parallel=True, param=param)
-    return Grammar(grammar.gbnf, triggers=tuple(triggers), tags=tuple(t for t, _ in tags),
-                   param=param)
+    return tags_grammar(tags, parallel=True, param=param, triggers=tuple(triggers))
 
 
 @dataclass(kw_only=True)

@@ -358,17 +358,15 @@ def tool_call_grammar(tools: Sequence[tuple[str, Mapping[str, Any] | None, str]]
         tags.append((StructuralTag(
             begin=f'{open_tag}\n{{"name": {json.dumps(name, ensure_ascii=False)}, "arguments": ',
             schema=json.dumps(schema, ensure_ascii=False), end="}\n" + close_tag), at))
-    grammar = tags_grammar(tags, parallel=parallel, param="tools")
-    if not lazy:
-        return grammar
-    return Grammar(grammar.gbnf, triggers=(open_tag,), tags=tuple(t for t, _ in tags),
-                   param=grammar.param)
+    return tags_grammar(tags, parallel=parallel, param="tools",
+                        triggers=(open_tag,) if lazy else ())
 
 
-def tags_grammar(tags: Sequence[tuple[StructuralTag, str]], *, parallel: bool,
-                 param: str) -> Grammar:
+def tags_grammar(tags: Sequence[tuple[StructuralTag, str]], *, parallel: bool, param: str,
+                 triggers: tuple[str, ...] = ()) -> Grammar:
     """Exactly one tagged span (`parallel`: one or more, a newline apart), each `begin`, a
-    value valid against its schema, `end`; (tag, the param path of its schema)."""
+    value valid against its schema, `end`; (tag, the param path of its schema). `triggers`:
+    a lazy grammar, free text until one of them (which the tags then carry too)."""
     conv: Any = _Converter()
     alts = []
     for i, (tag, at) in enumerate(tags):
@@ -378,4 +376,5 @@ def tags_grammar(tags: Sequence[tuple[StructuralTag, str]], *, parallel: bool,
                     f"{conv._format_literal(tag.end)}")
     conv._add_rule("tagged", " | ".join(alts))
     conv._add_rule("root", 'tagged ("\\n" tagged)*' if parallel else "tagged")
-    return _grammar(conv, param)
+    return _grammar(conv, param, triggers=triggers,
+                    tags=tuple(t for t, _ in tags) if triggers else ())

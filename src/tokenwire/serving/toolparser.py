@@ -85,14 +85,20 @@ class ToolCallParser:
 
     # -- the interface ------------------------------------------------------------------------
 
-    def push(self, delta: Delta) -> ParsedDelta:
+    def push(self, delta: Delta, *, last: bool = False) -> ParsedDelta:
+        """Classify a delta's text; `last`: nothing follows it (`finish` included)."""
         self._buf += delta.text
         self._seen += len(delta.text)
         if delta.ids:
             self._pending.append((self._seen, list(delta.ids), list(delta.events)))
         out = ParsedDelta()
         self._drain(out, final=False)
-        return self._with_ids(out)
+        out = self._with_ids(out)
+        if last:
+            tail = self.finish()
+            out = ParsedDelta(out.content + tail.content, out.calls + tail.calls,
+                              out.ids + tail.ids, out.events + tail.events)
+        return out
 
     def finish(self) -> ParsedDelta:
         out = ParsedDelta()
