@@ -142,6 +142,9 @@ class LlamaCppEngine:
         self._stopping = False
         self._died: str | None = None
         """Why the worker stopped, when it did on its own (an error outside a step)."""
+        self.on_step: Callable[[int], None] | None = None
+        """Called from the worker thread after each decode with its batch size in tokens
+        (metrics); it must be quick and must not raise."""
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -411,6 +414,8 @@ class LlamaCppEngine:
         rc = llama.decode(batch)
         if rc != 0:
             raise RuntimeError(f"llama_decode returned {rc}")
+        if self.on_step is not None:
+            self.on_step(batch.n)
         for seq in self._active:
             if seq.scoring:
                 k = seq.params.prompt_logprobs or 0
