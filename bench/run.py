@@ -1,6 +1,9 @@
-"""`make bench`: every benchmark, one after the other, each printing its own table.
+"""`make bench`: the side-by-side comparison (bench/compare.py); any other benchmark by name,
+each printing its own table. Arguments after a name go to that benchmark.
 
-    .venv/bin/python bench/run.py [NAME ...]     # canonical gateway affinity load
+    .venv/bin/python bench/run.py [NAME [ARGS ...] ...]   # compare canonical gateway affinity
+                                                          # load prefix_cache; `all`: every one
+    .venv/bin/python bench/run.py compare --quick load --good 24
 """
 
 from __future__ import annotations
@@ -10,18 +13,36 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).parent
-BENCHES = ["canonical", "gateway", "affinity", "load"]
+MAIN = "compare"
+BENCHES = [MAIN, "canonical", "gateway", "affinity", "load", "prefix_cache"]
+# `all`: the ones that start their own servers (prefix_cache needs one running: `make serve`)
+ALL = [MAIN, "canonical", "gateway", "affinity", "load"]
+
+
+def parse(argv: list[str]) -> list[tuple[str, list[str]]]:
+    """`compare --quick load --good 24`: [("compare", ["--quick"]), ("load", ["--good", "24"])]"""
+    runs: list[tuple[str, list[str]]] = []
+    for arg in argv:
+        if arg == "all":
+            runs += [(name, []) for name in ALL]
+        elif arg in BENCHES:
+            runs.append((arg, []))
+        elif runs:
+            runs[-1][1].append(arg)
+        else:
+            raise ValueError(f"{arg!r} comes before any benchmark name")
+    return runs or [(MAIN, [])]
 
 
 def main() -> int:
-    names = sys.argv[1:] or BENCHES
-    unknown = sorted(set(names) - set(BENCHES))
-    if unknown:
-        print(f"unknown benchmark(s) {unknown}; known: {' '.join(BENCHES)}", file=sys.stderr)
+    try:
+        runs = parse(sys.argv[1:])
+    except ValueError as exc:
+        print(f"{exc}; known: {' '.join(BENCHES)} (or all)", file=sys.stderr)
         return 2
-    for name in names:
-        print(f"\n## bench/{name}.py\n", flush=True)
-        rc = subprocess.call([sys.executable, str(HERE / f"{name}.py")])
+    for name, args in runs:
+        print(f"\n## bench/{name}.py {' '.join(args)}\n", flush=True)
+        rc = subprocess.call([sys.executable, str(HERE / f"{name}.py"), *args])
         if rc:
             return rc
     return 0

@@ -40,6 +40,8 @@ class FakeEngine:
         self.fail_after: int | None = None
         """Raise EngineError after this many tokens (an engine fault mid-generation)."""
         self.health_report = EngineHealth(ok=True)
+        self.cached_tokens: int | None = None
+        """Reported on each FinishEvent (a prefix cache's hits), when set."""
 
     @property
     def info(self) -> EngineInfo:
@@ -84,18 +86,19 @@ class FakeEngine:
                 if self.fail_after is not None and i >= self.fail_after:
                     raise EngineError("the engine failed (injected)")
                 if i >= params.max_tokens:
-                    yield FinishEvent("length")
+                    yield FinishEvent("length", cached_tokens=self.cached_tokens)
                     return
                 await asyncio.sleep(self.delay)
                 top = tuple(((t + k) % self._info.vocab_size, -0.5 - k)
                             for k in range(params.logprobs or 0))
                 ev = TokenEvent(t, -0.5 if params.logprobs is not None else None, top)
                 if t in params.stop_token_ids:
-                    yield FinishEvent("stop", stop_token=ev)
+                    yield FinishEvent("stop", stop_token=ev, cached_tokens=self.cached_tokens)
                     return
                 yield ev
             yield FinishEvent("stop", stop_token=TokenEvent(
-                self.eog_id, -0.5 if params.logprobs is not None else None))
+                self.eog_id, -0.5 if params.logprobs is not None else None),
+                cached_tokens=self.cached_tokens)
         finally:
             self.active -= 1
 

@@ -10,6 +10,7 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 
 from ..config import LOOPBACK_HOSTS, Settings
+from ..metrics import Metrics
 from ..policy import load_policy
 from ..serving.chat import ChatService
 from ..serving.completions import CompletionService
@@ -20,7 +21,7 @@ from ..serving.models import ModelRegistry
 from ..serving.tokenize import TokenizeService
 from ..tokenizers.registry import TokenizerRegistry
 from .errors import exception_handlers
-from .middleware import ApiKeyAuth, BodyLimit
+from .middleware import ApiKeyAuth, BodyLimit, RequestMetrics
 from .routes import routes
 
 __all__ = ["create_app"]
@@ -36,6 +37,9 @@ def create_app(settings: Settings | None = None, *, models: ModelRegistry | None
     tokenizers = tokenizers or TokenizerRegistry(settings.tokenizer_store)
     preloaded = models is not None
     models = models or ModelRegistry()
+    metrics = Metrics()  # this app's own registry: apps in one process never share series
+    for m in models.all():
+        metrics.attach(m.id, m.engine)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -50,7 +54,9 @@ def create_app(settings: Settings | None = None, *, models: ModelRegistry | None
         n = tokenizers.load_store()
         log.info("%d tokenizer versions in %s", n, settings.tokenizer_store)
         if not preloaded:
-            models.add(await load_model(settings, tokenizers))
+            loaded = await load_model(settings, tokenizers)
+            models.add(loaded)
+            metrics.attach(loaded.id, loaded.engine)
         for m in models.all():
             await m.engine.start()
         try:
@@ -61,16 +67,19 @@ def create_app(settings: Settings | None = None, *, models: ModelRegistry | None
 
     app = Starlette(
         routes=routes, exception_handlers=exception_handlers, lifespan=lifespan,
-        # outermost first: a request without a valid key is refused before its body is read
-        middleware=[Middleware(ApiKeyAuth, keys=settings.api_keys),
+        # outermost first: every answer is counted, refusals included; a request without a
+        # valid key is refused before its body is read
+        middleware=[Middleware(RequestMetrics, metrics=metrics, routes=routes),
+                    Middleware(ApiKeyAuth, keys=settings.api_keys),
                     Middleware(BodyLimit, max_bytes=settings.max_body_bytes)],
     )
     app.state.settings = settings
     app.state.models = models
     app.state.tokenizers = tokenizers
+    app.state.metrics = metrics
     guard = Guard(settings, load_policy(settings.content_policy))
-    app.state.chat = ChatService(models, tokenizers, settings, guard)
-    app.state.completions = CompletionService(models, tokenizers, settings, guard)
-    app.state.generate = GenerateService(models, tokenizers, settings, guard)
+    app.state.chat = ChatService(models, tokenizers, settings, guard, metrics)
+    app.state.completions = CompletionService(models, tokenizers, settings, guard, metrics)
+    app.state.generate = GenerateService(models, tokenizers, settings, guard, metrics)
     app.state.tokenize = TokenizeService(models, tokenizers, settings)
     return app

@@ -1,4 +1,4 @@
-"""ASGI middleware in front of every route: API keys, then the body-size limit.
+"""ASGI middleware in front of every route: request metrics, API keys, the body-size limit.
 
 They sit outside the router's exception handlers, so they render their errors themselves,
 with the same function (`render_error`).
@@ -7,17 +7,59 @@ with the same function (`render_error`).
 from __future__ import annotations
 
 import hmac
+from collections.abc import Sequence
 
+from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..errors import AuthenticationError, RequestTooLargeError
+from ..metrics import UNMATCHED, Metrics
 from .errors import render_error
 
-__all__ = ["API_KEY_STATE", "ApiKeyAuth", "BodyLimit"]
+__all__ = ["API_KEY_STATE", "ApiKeyAuth", "BodyLimit", "RequestMetrics"]
 
 OPEN_PATHS = frozenset({"/health"})
 API_KEY_STATE = "api_key"
 """`request.state.api_key`: the key a request was authenticated with."""
+
+
+class RequestMetrics:
+    """Counts every answer by route template and status. Templates, not paths, so the series
+    stay few whatever clients send: `/v1/models/{model:path}` is one route, and any path no
+    route matches is `unmatched`."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics, routes: Sequence[BaseRoute]):
+        self.app = app
+        self._metrics = metrics
+        self._routes = routes
+
+    def _route(self, scope: Scope) -> str:
+        # the router leaves the route it chose in the scope; a request refused before routing
+        # (no key, too large) is matched here (a wrong method still names its route: 405)
+        route = scope.get("route") or next(
+            (r for r in self._routes if r.matches(scope)[0] is not Match.NONE), None)
+        return getattr(route, "path", None) or UNMATCHED
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        status: int | None = None
+
+        async def noted(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, noted)
+        except Exception:
+            status = status or 500  # Starlette's outermost handler answers it with a 500
+            raise
+        finally:
+            if status is not None:  # None: cancelled before any answer (nothing to count)
+                self._metrics.request(self._route(scope), status)
 
 
 class ApiKeyAuth:

@@ -12,6 +12,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from ..metrics import CONTENT_TYPE, Metrics
 from ..protocol.chat import ChatCompletionRequest
 from ..protocol.common import ModelCard, ModelList
 from ..protocol.completions import CompletionRequest
@@ -178,8 +179,15 @@ async def health(request: Request) -> Response:
     return JSONResponse(body, status_code=200 if ok else 503)
 
 
+async def metrics(request: Request) -> Response:
+    """Prometheus' text format; the engines' queues are read now."""
+    m: Metrics = request.app.state.metrics
+    return Response(m.render(), media_type=CONTENT_TYPE)
+
+
 routes = [
     Route("/health", health, methods=["GET"]),
+    Route("/metrics", metrics, methods=["GET"]),
     Route("/v1/models", list_models, methods=["GET"]),
     Route("/v1/models/{model:path}", get_model, methods=["GET"]),
     Route("/v1/chat/completions", chat_completions, methods=["POST"]),

@@ -151,7 +151,7 @@ class ChatService(GenerationService):
             cap=self._settings.max_tokens_limit,
         )
         return _Plan(req=req, model=model, space=space, conv=conv, constraints=constraints,
-                     budget=budget,
+                     budget=budget, sent_ids=bool(spans),
                      shows_ids=bool(req.response_format_tokens) or req.return_token_ids,
                      id=f"chatcmpl-{uuid.uuid4().hex}", warnings=warnings or None)
 
@@ -166,7 +166,8 @@ class ChatService(GenerationService):
         return await run_choices(plan.model.engine, [(plan.prompt, p) for p in params],
                                  plan.model.tokenizer, req.stop or (),
                                  token_aligned=plan.shows_ids,
-                                 output_check=self._guard.output_check())
+                                 output_check=self._guard.output_check(),
+                                 timer=self._timer(plan))
 
     # -- responses -----------------------------------------------------------------------------
 
@@ -233,7 +234,8 @@ class ChatService(GenerationService):
             **plan.envelope(),
             warnings=plan.warnings,
             choices=choices,
-            usage=Usage.of(len(plan.prompt), completion, acc[0].cached_tokens),
+            usage=self._served(plan, Usage.of(len(plan.prompt), completion,
+                                              acc[0].cached_tokens)),
             prompt_token_ids=plan.prompt if req.return_token_ids and not plan.space.translate
             else None,
             prompt_logprobs=prompt_logprobs(tok, plan.prompt, scored, as_ids=as_ids)
@@ -256,20 +258,18 @@ class ChatService(GenerationService):
         tok = plan.model.tokenizer
         as_ids = req.return_tokens_as_token_ids
         parsers = [plan.parser() for _ in range(req.n)]
-        first = True
-        for i in range(req.n):
-            yield ChatCompletionChunk(
-                **env,
-                choices=[ChatChunkChoice(index=i, delta=ChatDelta(
-                    role="assistant", content=None if only else "", token_ids=no_ids))],
-                prompt_token_ids=plan.prompt if first and req.return_token_ids
-                and not plan.space.translate else None,
-                warnings=plan.warnings if first else None,
-            )
-            first = False
         completion = 0
         cached: int | None = None
         try:
+            for i in range(req.n):
+                yield ChatCompletionChunk(
+                    **env,
+                    choices=[ChatChunkChoice(index=i, delta=ChatDelta(
+                        role="assistant", content=None if only else "", token_ids=no_ids))],
+                    prompt_token_ids=plan.prompt if i == 0 and req.return_token_ids
+                    and not plan.space.translate else None,
+                    warnings=plan.warnings if i == 0 else None,
+                )
             async for u in updates:
                 parser = parsers[u.index]
                 if parser is None:
@@ -312,9 +312,6 @@ class ChatService(GenerationService):
             aclose = getattr(updates, "aclose", None)
             if aclose is not None:
                 await aclose()
+            usage = self._served(plan, Usage.of(len(plan.prompt), completion, cached))
         if req.stream_options is not None and req.stream_options.include_usage:
-            yield ChatCompletionChunk(
-                **env,
-                choices=[],
-                usage=Usage.of(len(plan.prompt), completion, cached),
-            )
+            yield ChatCompletionChunk(**env, choices=[], usage=usage)

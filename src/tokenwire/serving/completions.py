@@ -112,7 +112,7 @@ class CompletionService(GenerationService):
                                           code="invalid_value")
             ids.append(got)
         return _Plan(req=req, model=model, space=space, params=[p for p, _ in prompts],
-                     prompts=ids, shows_ids=req.return_token_ids,
+                     prompts=ids, shows_ids=req.return_token_ids, sent_ids=bool(spans),
                      id=f"cmpl-{uuid.uuid4().hex}", warnings=warnings or None)
 
     async def _start(self, plan: _Plan) -> AsyncGenerator[ChoiceUpdate, None]:
@@ -133,7 +133,8 @@ class CompletionService(GenerationService):
                 jobs.append((prompt, p))
         return await run_choices(plan.model.engine, jobs, plan.model.tokenizer,
                                  req.stop or (), token_aligned=req.return_token_ids,
-                                 output_check=self._guard.output_check())
+                                 output_check=self._guard.output_check(),
+                                 timer=self._timer(plan))
 
     def _prompt_events(self, plan: _Plan, choice: int,
                        scored: tuple[TokenEvent, ...]) -> list[TokenEvent]:
@@ -162,9 +163,10 @@ class CompletionService(GenerationService):
                 and not plan.space.translate else None,
                 stop_reason=a.stop_reason if req.return_token_ids else None,
             ))
+        usage = plan.usage(sum(a.n_sampled for a in acc),
+                           {i: a.cached_tokens for i, a in enumerate(acc)})
         return Completion(**plan.envelope(), warnings=plan.warnings, choices=choices,
-                          usage=plan.usage(sum(a.n_sampled for a in acc),
-                                           {i: a.cached_tokens for i, a in enumerate(acc)}))
+                          usage=self._served(plan, usage))
 
     async def stream(self, req: CompletionRequest, caller: Caller = ANONYMOUS,
                      ) -> AsyncIterator[CompletionChunk]:
@@ -197,29 +199,33 @@ class CompletionService(GenerationService):
 
         # the echo (and the prompt's ids) go first; scored echoes wait for their logprobs
         scored_echo = req.echo and req.logprobs is not None
-        if (req.echo and not scored_echo) or ids_on:
-            for c in range(n_choices):
-                yield chunk(c, plan.echo_text(c) if not scored_echo else "", ids=[],
-                            first=True)
         completion = 0
         cached: dict[int, int | None] = {}
-        async with contextlib.aclosing(updates):
-            async for u in updates:
-                c = u.index
-                if u.prompt_logprobs is not None and scored_echo:
-                    events = self._prompt_events(plan, c, u.prompt_logprobs)
-                    yield chunk(c, plan.echo_text(c), logprobs=lps[c].take(events), ids=[])
-                if u.delta:
-                    yield chunk(c, u.delta.text, ids=plan.out_ids(u.delta.ids, u.delta.text),
-                                logprobs=lps[c].take(u.delta.events)
-                                if req.logprobs is not None else None)
-                if u.finish_reason is not None:
-                    completion += u.n_sampled
-                    cached[u.index] = u.cached_tokens
-                    yield chunk(c, "", ids=[], finish=u.finish_reason,
-                                stop_reason=u.stop_reason)
-                    if u.finish_reason == "content_filter":
-                        raise ContentPolicyViolationError(
-                            "the output was stopped by the server's content policy")
+        try:
+            async with contextlib.aclosing(updates):
+                if (req.echo and not scored_echo) or ids_on:
+                    for c in range(n_choices):
+                        yield chunk(c, plan.echo_text(c) if not scored_echo else "", ids=[],
+                                    first=True)
+                async for u in updates:
+                    c = u.index
+                    if u.prompt_logprobs is not None and scored_echo:
+                        events = self._prompt_events(plan, c, u.prompt_logprobs)
+                        yield chunk(c, plan.echo_text(c), logprobs=lps[c].take(events), ids=[])
+                    if u.delta:
+                        yield chunk(c, u.delta.text,
+                                    ids=plan.out_ids(u.delta.ids, u.delta.text),
+                                    logprobs=lps[c].take(u.delta.events)
+                                    if req.logprobs is not None else None)
+                    if u.finish_reason is not None:
+                        completion += u.n_sampled
+                        cached[u.index] = u.cached_tokens
+                        yield chunk(c, "", ids=[], finish=u.finish_reason,
+                                    stop_reason=u.stop_reason)
+                        if u.finish_reason == "content_filter":
+                            raise ContentPolicyViolationError(
+                                "the output was stopped by the server's content policy")
+        finally:
+            usage = self._served(plan, plan.usage(completion, cached))
         if req.stream_options is not None and req.stream_options.include_usage:
-            yield CompletionChunk(**env, choices=[], usage=plan.usage(completion, cached))
+            yield CompletionChunk(**env, choices=[], usage=usage)

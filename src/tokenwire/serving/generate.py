@@ -181,7 +181,8 @@ class GenerateService(GenerationService):
                                        sp.stop_token_ids or [])], tok)
         warnings = self._guard.check_ids(spans, tok, raw_prompt=True, caller_key=caller.api_key)
         self._guard.check_texts([("token_ids", tok.decode(req.token_ids))], "token_ids")
-        return _Plan(req=req, model=model, space=space, shows_ids=True, grammar=grammar,
+        return _Plan(req=req, model=model, space=space, shows_ids=True, sent_ids=True,
+                     grammar=grammar,
                      id=f"generate-tokens-{req.request_id or uuid.uuid4().hex}",
                      warnings=warnings or None)
 
@@ -205,7 +206,8 @@ class GenerateService(GenerationService):
             cache_salt=plan.req.cache_salt, grammar=plan.grammar)
         return await run_choices(plan.model.engine, [(plan.prompt, p) for p in params],
                                  plan.model.tokenizer, sp.stop or (), token_aligned=True,
-                                 keep_stop_token=True, output_check=self._guard.output_check())
+                                 keep_stop_token=True, output_check=self._guard.output_check(),
+                                 timer=self._timer(plan))
 
     def _choice(self, plan: _Plan, index: int, ids: list[int], events: list[TokenEvent],
                 finish: str | None, stop_reason: int | str | None,
@@ -237,6 +239,8 @@ class GenerateService(GenerationService):
     async def create(self, req: GenerateRequest, caller: Caller = ANONYMOUS) -> GenerateResponse:
         plan = self.plan(req, caller)
         acc = await self._whole(lambda: self._start(plan), req.sampling_params.n)
+        usage = self._served(plan, self._usage(plan, sum(a.n_sampled for a in acc),
+                                               acc[0].cached_tokens))
         if any(a.finish_reason == "content_filter" for a in acc):
             raise ContentPolicyViolationError(
                 "the output was stopped by the server's content policy")
@@ -246,8 +250,7 @@ class GenerateService(GenerationService):
             else None
         return GenerateResponse(
             **self._envelope(plan), **self._first(plan), model=plan.model.id,
-            created=int(time.time()), usage=self._usage(plan, sum(a.n_sampled for a in acc),
-                                                         acc[0].cached_tokens),
+            created=int(time.time()), usage=usage,
             prompt_logprobs=prompt_logprob_rows(
                 plan.prompt, scored, lambda _, lp, rank: GenerateLogprob(logprob=lp, rank=rank))
             if scored is not None
@@ -282,7 +285,7 @@ class GenerateService(GenerationService):
                 first = {}
         finally:
             await updates.aclose()
+            usage = self._served(plan, self._usage(plan, completion, cached))
         opts = plan.req.stream_options
         if opts is not None and opts.include_usage:
-            yield GenerateStreamResponse(**env, choices=[],
-                                         usage=self._usage(plan, completion, cached))
+            yield GenerateStreamResponse(**env, choices=[], usage=usage)

@@ -21,6 +21,7 @@ from ..engines.base import (
     TokenEvent,
 )
 from ..errors import InvalidRequestError, ServiceUnavailableError
+from ..metrics import TokenClock, TokenTimer
 from ..tokenizers.hf import HFTokenizer
 from .output import Delta, OutputDecoder
 
@@ -89,13 +90,15 @@ OutputCheck = Callable[[str], object | None]
 
 async def _pump(index: int, stream: EventStream, decoder: OutputDecoder,
                 out: asyncio.Queue[ChoiceUpdate | BaseException],
-                check: OutputCheck | None) -> None:
+                check: OutputCheck | None, clock: TokenClock | None) -> None:
     n_sampled = 0
     text = ""
     try:
         async for ev in stream:
             if isinstance(ev, TokenEvent):
                 n_sampled += 1
+                if clock is not None:
+                    clock.token()
                 delta = decoder.push(ev)
                 if check is not None and delta.text:
                     text += delta.text
@@ -116,6 +119,8 @@ async def _pump(index: int, stream: EventStream, decoder: OutputDecoder,
                 if ev.stop_token is not None:
                     n_sampled += 1
                     stop_reason = ev.stop_token.token_id
+                    if clock is not None:
+                        clock.token()
                 if ev.n_sampled is not None:
                     n_sampled = ev.n_sampled  # the upstream's own count (text-only engines)
                 out.put_nowait(ChoiceUpdate(index, decoder.finish(), ev.reason, stop_reason,
@@ -139,9 +144,11 @@ async def _close_admitted(tasks: Sequence[asyncio.Future[EventStream]]) -> None:
 async def run_choices(engine: Engine, jobs: Sequence[tuple[Sequence[int], SamplingParams]],
                       tokenizer: HFTokenizer, stop: Sequence[str], *,
                       token_aligned: bool, output_check: OutputCheck | None = None,
-                      keep_stop_token: bool = False,
+                      keep_stop_token: bool = False, timer: TokenTimer | None = None,
                       ) -> AsyncGenerator[ChoiceUpdate, None]:
-    """One choice per (prompt, params) job; updates carry the job's index."""
+    """One choice per (prompt, params) job; updates carry the job's index. With a `timer`,
+    each choice's tokens are timed from now (admission and queueing included)."""
+    clocks = [timer.clock() if timer is not None else None for _ in jobs]
     most = engine.info.max_sequences
     if most is not None and len(jobs) > most:
         raise InvalidRequestError(
@@ -164,15 +171,16 @@ async def run_choices(engine: Engine, jobs: Sequence[tuple[Sequence[int], Sampli
     streams = [t.result() for t in tasks]
     decoders = [OutputDecoder(tokenizer, stop, token_aligned=token_aligned,
                               keep_stop_token=keep_stop_token) for _ in streams]
-    return _merge(streams, decoders, output_check)
+    return _merge(streams, decoders, output_check, clocks)
 
 
 async def _merge(streams: list[EventStream], decoders: list[OutputDecoder],
-                 check: OutputCheck | None) -> AsyncGenerator[ChoiceUpdate, None]:
+                 check: OutputCheck | None, clocks: list[TokenClock | None],
+                 ) -> AsyncGenerator[ChoiceUpdate, None]:
     queue: asyncio.Queue[ChoiceUpdate | BaseException] = asyncio.Queue()
     tasks = [
-        asyncio.create_task(_pump(i, s, d, queue, check))
-        for i, (s, d) in enumerate(zip(streams, decoders, strict=True))
+        asyncio.create_task(_pump(i, s, d, queue, check, c))
+        for i, (s, d, c) in enumerate(zip(streams, decoders, clocks, strict=True))
     ]
     try:
         remaining = len(tasks)

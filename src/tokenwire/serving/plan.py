@@ -12,7 +12,8 @@ from typing import Any
 from ..config import Settings
 from ..engines.base import ReplicaLostError
 from ..errors import UnsupportedParameterError
-from ..protocol.common import ResponseWarning
+from ..metrics import Metrics, PromptKind, TokenTimer
+from ..protocol.common import ResponseWarning, Usage
 from ..tokenizers.registry import TokenizerRegistry
 from .generation import ChoiceResult, ChoiceUpdate, collect
 from .guard import Guard
@@ -55,6 +56,8 @@ class Plan:
     space: TokenSpace
     shows_ids: bool
     """The request asked for ids back (either dialect)."""
+    sent_ids: bool
+    """The request carried token ids (`input_tokens`, assistant `token_ids`, id prompts)."""
     id: str
     warnings: list[ResponseWarning] | None = None
     created: int = field(default_factory=lambda: int(time.time()))
@@ -72,6 +75,10 @@ class Plan:
         return env
 
     @property
+    def prompt_kind(self) -> PromptKind:
+        return "tokens" if self.sent_ids else "text"
+
+    @property
     def source(self) -> str:
         """Where the output ids come from: what the model sampled, or a re-encoding of text
         (translated into the client's version, or an upstream that returns only text)."""
@@ -84,11 +91,21 @@ class GenerationService:
     """Base of the generating services (chat, completions, generate)."""
 
     def __init__(self, models: ModelRegistry, tokenizers: TokenizerRegistry, settings: Settings,
-                 guard: Guard):
+                 guard: Guard, metrics: Metrics):
         self._models = models
         self._tokenizers = tokenizers
         self._settings = settings
         self._guard = guard
+        self._metrics = metrics
+
+    def _served(self, plan: Plan, usage: Usage) -> Usage:
+        """Count a request's usage where its response computes it, once (a stream's in its
+        `finally`: one cut short still counts its prompt and the choices that finished)."""
+        self._metrics.served(plan.model.id, plan.prompt_kind, usage)
+        return usage
+
+    def _timer(self, plan: Plan) -> TokenTimer:
+        return self._metrics.timer(plan.model.id)
 
     async def _whole(self, start: Callable[[], Awaitable[AsyncGenerator[ChoiceUpdate, None]]],
                      n: int) -> list[ChoiceResult]:

@@ -1,0 +1,143 @@
+"""What tokenwire counts, for `GET /metrics` in Prometheus' text format.
+
+One `Metrics` per app, on its own `CollectorRegistry` (never prometheus_client's process-wide
+default), so several apps in one process (tests, embedders) neither share nor collide. Names
+are vLLM's with `tokenwire_` for `vllm:` where one means the same, so dashboards carry over.
+
+Each event is one method, called by the layer that sees it: the HTTP layer (requests by route
+and status), serving (usage, token timing), the embedded engine's worker thread (tokens per
+decode). That thread is not the event loop; prometheus_client's metrics lock, so observing
+from it is safe. A new metric is one attribute in `__init__` and one method here.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from functools import partial
+from typing import Literal, Protocol, runtime_checkable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+from .protocol.common import Usage
+
+__all__ = ["CONTENT_TYPE", "UNMATCHED", "Metrics", "PromptKind", "TokenClock", "TokenTimer"]
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+"""The media type of `Metrics.render()`'s bytes."""
+UNMATCHED = "unmatched"
+"""The route label of a request no route matches (one series, whatever the path)."""
+
+PromptKind = Literal["tokens", "text"]
+"""How a generation request's prompt arrived: with token ids the client sent, or text only."""
+
+# CPU serving: a decode step takes milliseconds to a second, a long prefill tens of seconds
+TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0)
+ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.5,
+               1.0, 2.5, 5.0, 10.0, 20.0)
+STEP_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
+
+
+@runtime_checkable
+class _Stepping(Protocol):
+    """An engine that reports each decode step's batch size (the embedded one), from its
+    worker thread."""
+
+    on_step: Callable[[int], None] | None
+
+
+class TokenClock:
+    """Times one choice, started when it was submitted: its first sampled token against the
+    start (time to first token), each later one against the one before (inter-token)."""
+
+    def __init__(self, ttft: Histogram, itl: Histogram):
+        self._ttft = ttft
+        self._itl = itl
+        self._last: float | None = None
+        self._start = time.monotonic()
+
+    def token(self) -> None:
+        """One token sampled (the end-of-generation token counts, as in `usage`)."""
+        now = time.monotonic()
+        if self._last is None:
+            self._ttft.observe(now - self._start)
+        else:
+            self._itl.observe(now - self._last)
+        self._last = now
+
+
+class TokenTimer:
+    """One model's latency histograms; `clock()` starts a `TokenClock` for one choice."""
+
+    def __init__(self, ttft: Histogram, itl: Histogram):
+        self._ttft = ttft
+        self._itl = itl
+
+    def clock(self) -> TokenClock:
+        return TokenClock(self._ttft, self._itl)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        reg = self.registry
+        model = ["model_name"]
+        self._requests = Counter(
+            "tokenwire_http_requests", "HTTP requests answered, by route template and status.",
+            ["route", "status"], registry=reg)
+        self._served = Counter(
+            "tokenwire_generation_requests", "Generation requests that reached the engine, by "
+            "how the prompt arrived: with client token ids (tokens) or as text only (text).",
+            [*model, "prompt"], registry=reg)
+        self._prompt_tokens = Counter(
+            "tokenwire_prompt_tokens", "Prompt tokens of the requests served (their usage).",
+            model, registry=reg)
+        self._generation_tokens = Counter(
+            "tokenwire_generation_tokens", "Tokens sampled for the requests served (their "
+            "usage's completion_tokens).", model, registry=reg)
+        self._cached_tokens = Counter(
+            "tokenwire_prompt_tokens_cached", "Prompt tokens the engine's prefix cache served "
+            "(usage's cached_tokens, where the engine reports it).", model, registry=reg)
+        self._running = Gauge(
+            "tokenwire_num_requests_running", "Sequences running on the engine now.", model,
+            registry=reg)
+        self._waiting = Gauge(
+            "tokenwire_num_requests_waiting", "Sequences admitted and waiting for a slot.",
+            model, registry=reg)
+        self._steps = Histogram(
+            "tokenwire_iteration_tokens_total", "Tokens per engine step (per llama_decode).",
+            model, buckets=STEP_BUCKETS, registry=reg)
+        self._ttft = Histogram(
+            "tokenwire_time_to_first_token_seconds", "From a choice's submission to its first "
+            "sampled token, in seconds.", model, buckets=TTFT_BUCKETS, registry=reg)
+        self._itl = Histogram(
+            "tokenwire_inter_token_latency_seconds", "Between consecutive sampled tokens of a "
+            "choice, in seconds.", model, buckets=ITL_BUCKETS, registry=reg)
+
+    def attach(self, model: str, engine: object) -> None:
+        """Watch a served model's engine: its queues are read at each scrape, and the embedded
+        engine reports every decode step. What an engine does not offer is left out."""
+        for gauge, attr in ((self._running, "n_active"), (self._waiting, "n_waiting")):
+            if hasattr(engine, attr):
+                gauge.labels(model).set_function(partial(getattr, engine, attr))
+        if isinstance(engine, _Stepping):
+            engine.on_step = self._steps.labels(model).observe
+
+    def request(self, route: str, status: int) -> None:
+        self._requests.labels(route, str(status)).inc()
+
+    def served(self, model: str, prompt: PromptKind, usage: Usage) -> None:
+        """A generation request's usage, counted once (also a stream cut short)."""
+        self._served.labels(model, prompt).inc()
+        self._prompt_tokens.labels(model).inc(usage.prompt_tokens)
+        self._generation_tokens.labels(model).inc(usage.completion_tokens)
+        details = usage.prompt_tokens_details
+        if details is not None:  # the engine reports its cache (absent series: it does not)
+            self._cached_tokens.labels(model).inc(details.cached_tokens)
+
+    def timer(self, model: str) -> TokenTimer:
+        return TokenTimer(self._ttft.labels(model), self._itl.labels(model))
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
