@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes
 import os
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import cast
 
@@ -18,8 +19,8 @@ import numpy as np
 
 from .base import Grammar
 
-__all__ = ["Batch", "GrammarError", "LlamaModel", "Sampler", "check_grammar", "silence_logs",
-           "vocab_eog_ids"]
+__all__ = ["Batch", "GrammarError", "LlamaModel", "Sampler", "check_grammar", "default_threads",
+           "silence_logs", "vocab_eog_ids"]
 
 _LOG_CB = None
 
@@ -53,7 +54,9 @@ class LlamaModel:
     """A loaded model and one context that decodes up to `n_seq` sequences together."""
 
     def __init__(self, path: str | Path, *, n_seq: int, max_len: int | None, n_batch: int,
-                 n_threads: int | None = None):
+                 n_threads: int | None = None, count_ubatches: bool = False):
+        """`count_ubatches`: count the forward passes each `decode` runs (`ubatches`), through
+        llama.cpp's per-tensor eval callback, which slows every pass: for tests only."""
         silence_logs()
         L.llama_backend_init()
         mparams = L.llama_model_default_params()
@@ -69,11 +72,20 @@ class LlamaModel:
         cparams.n_seq_max = n_seq
         cparams.n_batch = n_batch
         cparams.n_ubatch = n_batch
-        threads = n_threads or max(1, os.cpu_count() or 1)
+        threads = n_threads or default_threads()
         cparams.n_threads = threads
         cparams.n_threads_batch = threads
-        cparams.kv_unified = False  # each sequence gets its own n_ctx_seq cells
+        # a stream of n_ctx_seq cells per sequence: attention reads only its own sequence's
+        # cells (a unified cache makes every token read every held cell, 13-28% slower per step
+        # here with the prefix cache full); the price is llama.cpp's split rule for streams,
+        # which the engine shapes its batches for (see `ubatches`)
+        cparams.kv_unified = False
         cparams.no_perf = True
+        self.ubatches = 0
+        self._eval_cb = None
+        if count_ubatches:
+            self._eval_cb = _ubatch_counter(self)
+            cparams.cb_eval = self._eval_cb
         self.ctx = L.llama_init_from_model(self.model, cparams)
         if not self.ctx:
             L.llama_model_free(self.model)
@@ -117,6 +129,12 @@ class LlamaModel:
         False where the memory cannot cut a sequence there."""
         return bool(L.llama_memory_seq_rm(self.memory, seq_id, pos, -1))
 
+    def copy(self, src: int, dst: int) -> None:
+        """Make sequence `dst` hold what `src` holds. Streams are copied whole (llama.cpp
+        cannot copy part of one), at the start of the next `decode`; `forget_from` may cut
+        `dst` at once, since the cells' bookkeeping is copied now."""
+        L.llama_memory_seq_cp(self.memory, src, dst, -1, -1)
+
     def logprobs(self, index: int) -> np.ndarray:
         """log_softmax of the raw logits of the batch entry `index`."""
         ptr = L.llama_get_logits_ith(self.ctx, index)
@@ -135,32 +153,83 @@ class LlamaModel:
 
 
 class Batch:
-    """A reusable `llama_batch` holding tokens of several sequences."""
+    """A reusable `llama_batch` holding tokens of several sequences, filled through numpy views
+    of its arrays (a long prompt chunk is a few slice assignments, not one ctypes store per
+    field and token)."""
 
     def __init__(self, capacity: int):
         self.capacity = capacity
         self.raw = L.llama_batch_init(capacity, 0, 1)
+        raw = self.raw
+        self.token = np.ctypeslib.as_array(raw.token, shape=(capacity,))
+        self.pos = np.ctypeslib.as_array(raw.pos, shape=(capacity,))
+        self.logits = np.ctypeslib.as_array(raw.logits, shape=(capacity,))
+        np.ctypeslib.as_array(raw.n_seq_id, shape=(capacity,))[:] = 1
+        # one sequence per token: point each token's seq_id list into one array of ours, so
+        # it can be filled as a slice (the pointers llama.cpp allocated go back before free)
+        self.seq = np.zeros(capacity, dtype=np.int32)
+        pointers = ctypes.cast(raw.seq_id, ctypes.POINTER(ctypes.c_void_p))
+        self._pointers = pointers
+        self._own_seq_ids = [pointers[i] for i in range(capacity)]  # addresses, as ints
+        base, step = self.seq.ctypes.data, self.seq.itemsize
+        for i in range(capacity):
+            pointers[i] = base + i * step
         self.n = 0
 
     def clear(self) -> None:
         self.n = 0
         self.raw.n_tokens = 0
 
-    def add(self, token: int, pos: int, seq_id: int, logits: bool) -> int:
-        """Append one token; returns its index in the batch (for reading its logits)."""
-        i = self.n
-        raw = self.raw
-        raw.token[i] = token
-        raw.pos[i] = pos
-        raw.n_seq_id[i] = 1
-        raw.seq_id[i][0] = seq_id
-        raw.logits[i] = logits
-        self.n = i + 1
-        raw.n_tokens = self.n
+    def add(self, tokens: Sequence[int], pos: int, seq_id: int, *, logits: bool = False,
+            last_logits: bool = True) -> int:
+        """Append `tokens` of one sequence at positions `pos`, `pos + 1`, ...; `logits`: every
+        token's logits are wanted, `last_logits`: the last one's. Returns the index of the
+        first token in the batch (logits are read by index)."""
+        i, k = self.n, len(tokens)
+        j = i + k
+        if j > self.capacity:
+            raise ValueError(f"batch overflow: {j} tokens > {self.capacity}")
+        self.token[i:j] = tokens
+        self.pos[i:j] = np.arange(pos, pos + k, dtype=self.pos.dtype)
+        self.seq[i:j] = seq_id
+        self.logits[i:j] = logits
+        if last_logits and k:
+            self.logits[j - 1] = 1
+        self.n = j
+        self.raw.n_tokens = j
         return i
 
     def free(self) -> None:
+        for i, address in enumerate(self._own_seq_ids):
+            self._pointers[i] = address
         L.llama_batch_free(self.raw)
+
+
+def default_threads() -> int:
+    """llama.cpp's compute threads when none are configured: every core this process may run
+    on (its affinity, not the machine's count), as llama-server does by default."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def _ubatch_counter(model: LlamaModel) -> object:
+    """An eval callback that counts the graph computations reaching the output tensor: one per
+    ubatch (llama.cpp names it `result_output` in every architecture's graph)."""
+    ggml = ctypes.CDLL(str(Path(L.__file__).parent / "lib" / "libggml-base.so"))
+    ggml.ggml_get_name.restype = ctypes.c_char_p
+    ggml.ggml_get_name.argtypes = [ctypes.c_void_p]
+
+    @L.ggml_backend_sched_eval_callback  # type: ignore[untyped-decorator]
+    def counter(tensor: int, ask: bool, _data: int) -> bool:
+        if ggml.ggml_get_name(tensor) != b"result_output":
+            return False
+        if not ask:
+            model.ubatches += 1
+        return True
+
+    return counter
 
 
 class GrammarError(ValueError):

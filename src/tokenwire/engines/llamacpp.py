@@ -31,6 +31,7 @@ from ..errors import (
 from ..tokenizers.hf import HFTokenizer
 from ..tokenizers.probe import TokenizerParityError, first_mismatch
 from ._llama import Batch, GrammarError, LlamaModel, Sampler, check_grammar
+from ._slots import MIN_COPY, Slots, common_prefix
 from .base import (
     EngineEvent,
     EngineHealth,
@@ -65,6 +66,15 @@ class _Seq:
     batch_index: int = field(default=-1, repr=False)
     scoring: list[tuple[int, int]] = field(default_factory=list, repr=False)  # (pos, index)
     prompt_lp: list[TokenEvent] = field(default_factory=list, repr=False)
+    leader: _Seq | None = field(default=None, repr=False)
+    """A running sequence prefilling the prompt's first `lead` ids: this one feeds none of its
+    prompt until the leader has them, then copies them (n > 1, or the same prompt at once)."""
+    lead: int = 0
+
+    @property
+    def scores(self) -> bool:
+        """Wants the logits of every prompt position (so it can reuse no cached prefix)."""
+        return self.params.prompt_logprobs is not None
 
 
 def _scored(lp: np.ndarray, token: int, k: int) -> TokenEvent:
@@ -116,9 +126,10 @@ class LlamaCppEngine:
     def __init__(self, path: str | Path, *, model_id: str | None = None,
                  max_model_len: int | None = None, n_parallel: int = 4, n_batch: int = 512,
                  n_threads: int | None = None, max_queued: int = 256,
-                 tokenizer: HFTokenizer | None = None):
+                 tokenizer: HFTokenizer | None = None, count_ubatches: bool = False):
         """`model_id` defaults to the file name without its quantization suffix; `tokenizer`:
-        the pinned portable tokenizer, checked against llama.cpp's at start."""
+        the pinned portable tokenizer, checked against llama.cpp's at start;
+        `count_ubatches`: see `LlamaModel` (tests only)."""
         if n_batch < n_parallel:
             # every decoding sequence puts one token in each batch
             raise ValueError(f"n_batch ({n_batch}) must be at least n_parallel ({n_parallel})")
@@ -130,13 +141,12 @@ class LlamaCppEngine:
         self._n_threads = n_threads
         self._max_queued = max_queued
         self._tokenizer = tokenizer
+        self._count_ubatches = count_ubatches
         self._llama: LlamaModel | None = None
         self._info: EngineInfo | None = None
         self._waiting: deque[_Seq] = deque()
         self._active: list[_Seq] = []
-        self._free: list[int] = list(range(n_parallel))  # sequence slots; guarded by _cv
-        # prefix cache: the ids each free slot's KV cells still hold (worker thread only)
-        self._held: dict[int, list[int]] = {}
+        self._slots = Slots(n_parallel)  # sequence slots and the prefix cache; guarded by _cv
         self._cv = threading.Condition()
         self._thread: threading.Thread | None = None
         self._stopping = False
@@ -153,7 +163,8 @@ class LlamaCppEngine:
         if self._llama is not None:
             return
         self._llama = LlamaModel(self._path, n_seq=self._n_parallel, max_len=self._want_len,
-                                 n_batch=self._n_batch, n_threads=self._n_threads)
+                                 n_batch=self._n_batch, n_threads=self._n_threads,
+                                 count_ubatches=self._count_ubatches)
         self._info = EngineInfo(
             model=self._model_id,
             max_model_len=self._llama.n_ctx_seq,
@@ -250,7 +261,7 @@ class LlamaCppEngine:
             if self._stopping or self._thread is None or not self._thread.is_alive():
                 raise ServiceUnavailableError("the engine is not running")
             # sequences beyond the free slots wait; at most max_queued of them
-            if len(self._waiting) - len(self._free) >= self._max_queued:
+            if len(self._waiting) - len(self._slots.free) >= self._max_queued:
                 raise RateLimitError("too many requests are waiting for the engine")
             self._waiting.append(seq)
             self._cv.notify()
@@ -267,7 +278,6 @@ class LlamaCppEngine:
     def _run(self) -> None:
         llama = self.llama
         batch = Batch(self._n_batch)
-        free_slots = self._free
         try:
             while True:
                 with self._cv:
@@ -276,23 +286,28 @@ class LlamaCppEngine:
                     if self._stopping:
                         break
                     for seq in [s for s in self._active if s.cancelled]:
-                        self._release(seq, free_slots)
+                        self._release(seq)
                     if any(s.cancelled for s in self._waiting):
                         for s in self._waiting:
                             s.done = s.done or s.cancelled
                         self._waiting = deque(s for s in self._waiting if not s.cancelled)
-                    while self._waiting and free_slots:
-                        slot = self._pick_slot(self._waiting[0], free_slots)
-                        self._admit(self._waiting.popleft(), slot)
+                    while self._waiting and self._slots.free:
+                        seq = self._waiting[0]  # still queued if placing it fails: it is told
+                        self._place(seq)
+                        self._waiting.popleft()
+                        self._admit(seq)
+                    for seq in self._active:
+                        if seq.leader is not None:
+                            self._catch_up(seq)
                 if not self._active:
                     continue
                 try:
-                    self._step(llama, batch, free_slots)
+                    self._step(llama, batch)
                 except Exception as exc:  # noqa: BLE001 - the engine must outlive one bad step
                     log.exception("engine step failed")
                     with self._cv:
                         for seq in list(self._active):
-                            self._release(seq, free_slots, keep=False)  # free, then tell
+                            self._release(seq, keep=False)  # free, then tell
                             seq.emit(EngineError(f"the engine failed: {exc}"))
         except Exception as exc:  # noqa: BLE001 - the loop itself failed: say so in /health
             log.exception("the embedded engine's worker stopped")
@@ -301,7 +316,7 @@ class LlamaCppEngine:
             with self._cv:
                 self._stopping = True  # also when the loop died: refuse new work from now on
                 for seq in list(self._active):
-                    self._release(seq, free_slots, keep=False)  # sampler and slot freed
+                    self._release(seq, keep=False)  # sampler and slot freed
                     seq.emit(ServiceUnavailableError("the engine shut down"))
                 waiting, self._waiting = list(self._waiting), deque()
                 for seq in waiting:  # out of the queue first, then told
@@ -309,38 +324,63 @@ class LlamaCppEngine:
                     seq.emit(ServiceUnavailableError("the engine shut down"))
             batch.free()
 
-    def _pick_slot(self, seq: _Seq, free_slots: list[int]) -> int:
-        """The free slot whose cached ids share the longest prefix with the prompt (the least
-        valuable cache when none does); it keeps that prefix's KV and drops the rest."""
-        prompt = seq.prompt
+    # -- the prefix cache --------------------------------------------------------------------
 
-        def shared(slot: int) -> int:
-            held = self._held.get(slot, ())
-            n = 0
-            for a, b in zip(held, prompt, strict=False):
-                if a != b:
-                    break
-                n += 1
-            return n
+    def _live(self, but: _Seq | None = None) -> dict[int, list[int]]:
+        """slot -> the ids in its cells, for every running sequence (except `but`)."""
+        return {s.slot: s.kv for s in self._active if s is not but and s.kv}
 
-        scores = [(shared(s), -len(self._held.get(s, ())), s) for s in free_slots]
-        best, _, slot = max(scores)
-        free_slots.remove(slot)
-        held = self._held.pop(slot, [])
-        # the last prompt token is always fed again (its logits pick the first output); a
-        # scoring request needs the logits of every prompt position, so it reuses nothing
-        keep = 0 if seq.params.prompt_logprobs is not None else min(best, len(prompt) - 1)
-        if keep < len(held) and not self.llama.forget_from(slot, keep):
+    def _place(self, seq: _Seq) -> None:
+        """Give `seq` a slot and as much of its prompt's KV as some slot already holds; or make
+        it follow a running sequence that is prefilling the same prompt."""
+        place = self._slots.take(seq.prompt, self._live())
+        seq.slot = place.slot
+        limit = len(seq.prompt) - 1  # the last prompt id is always fed: its logits come next
+        own = 0 if seq.scores else min(place.own, limit)
+        shared = 0 if seq.scores else min(place.shared, limit)
+        leader, lead = None, 0
+        for other in self._active if not seq.scores else ():
+            if other.leader is None:
+                n = min(common_prefix(other.prompt, seq.prompt), limit)
+                if n > lead and other.n_fed < n:
+                    leader, lead = other, n
+        self._reuse(seq, seq.slot, own)  # cut what the slot held after the shared prefix
+        if leader is not None and lead >= max(shared, own) + MIN_COPY:
+            seq.leader, seq.lead = leader, lead
+        elif place.source != seq.slot and shared >= max(own + 1, MIN_COPY):
+            self._reuse(seq, place.source, shared)
+
+    def _catch_up(self, seq: _Seq) -> None:
+        """Copy the leader's prefix once it has fed it (or the best one left, if it is gone)."""
+        leader = seq.leader
+        assert leader is not None
+        if not leader.done and leader.n_fed < seq.lead:
+            return
+        seq.leader = None
+        if not leader.done:
+            self._reuse(seq, leader.slot, seq.lead)
+            return
+        source, shared = self._slots.best_source(seq.prompt, self._live(but=seq))
+        shared = min(shared, len(seq.prompt) - 1)
+        if source >= 0 and shared >= max(seq.n_fed + 1, MIN_COPY):
+            self._reuse(seq, source, shared)
+
+    def _reuse(self, seq: _Seq, source: int, keep: int) -> None:
+        """Make `seq`'s slot hold its first `keep` prompt ids and nothing after them, from its
+        own cells or from `source`'s (another slot, whose stream is copied)."""
+        llama = self.llama
+        if source != seq.slot:
+            llama.copy(source, seq.slot)
+        if not llama.forget_from(seq.slot, keep):  # a memory that cannot cut: start empty
             keep = 0
-            self.llama.forget(slot)
-        seq.n_fed = seq.n_cached = keep
-        seq.kv = list(prompt[:keep])
-        return slot
+            llama.forget(seq.slot)
+        seq.n_cached += keep - seq.n_fed
+        seq.n_fed = keep
+        seq.kv = list(seq.prompt[:keep])
 
-    def _admit(self, seq: _Seq, slot: int) -> None:
+    def _admit(self, seq: _Seq) -> None:
         llama = self.llama
         p = seq.params
-        seq.slot = slot
         seq.stops = p.stops(self.info.eog_ids)
         try:
             seq.sampler = Sampler(
@@ -354,63 +394,69 @@ class LlamaCppEngine:
                 grammar=p.grammar,
             )
         except GrammarError as exc:  # serving builds the grammars: a bug, not the client's
-            self._release(seq, self._free, keep=False)
+            self._release(seq, keep=False)
             seq.emit(EngineError(str(exc)))
             return
         self._active.append(seq)
 
-    def _release(self, seq: _Seq, free_slots: list[int], *, keep: bool = True) -> None:
+    def _release(self, seq: _Seq, *, keep: bool = True) -> None:
         """Free the sequence's sampler and slot. `keep`: the slot's KV stays, remembered by the
         ids it holds, for a later prompt that starts with them (not after a failed step, whose
         KV is unknown)."""
         seq.done = True
+        seq.leader = None
         if seq in self._active:
             self._active.remove(seq)
         if seq.sampler is not None:
             seq.sampler.free()
             seq.sampler = None
         if seq.slot >= 0:
-            if keep and seq.kv:
-                self._held[seq.slot] = seq.kv
-            else:
+            if not (keep and seq.kv):
                 self.llama.forget(seq.slot)
-                self._held.pop(seq.slot, None)
-            free_slots.append(seq.slot)
+            self._slots.release(seq.slot, seq.kv if keep else None)
             seq.slot = -1
 
-    def _step(self, llama: LlamaModel, batch: Batch, free_slots: list[int]) -> None:
-        batch.clear()
+    def _step(self, llama: LlamaModel, batch: Batch) -> None:
         budget = self._n_batch
         sampling: list[_Seq] = []
+        feeds: list[tuple[_Seq, int]] = []  # (sequence, prompt ids to feed now)
         # decoding sequences first: one token each keeps every stream moving
         for seq in self._active:
             if seq.n_fed == len(seq.prompt):
-                pos = len(seq.prompt) + seq.n_out - 1
-                seq.batch_index = batch.add(seq.last, pos, seq.slot, True)
-                seq.kv.append(seq.last)
-                sampling.append(seq)
+                feeds.append((seq, 0))
                 budget -= 1
         # then prompt chunks, oldest request first, in what room is left
         for seq in self._active:
+            remaining = len(seq.prompt) - seq.n_fed
             if budget <= 0:
                 break
-            remaining = len(seq.prompt) - seq.n_fed
-            if remaining <= 0:
+            if remaining > 0 and seq.leader is None:
+                take = min(remaining, budget)
+                feeds.append((seq, take))
+                budget -= take
+        # in slot order: llama.cpp splits a batch over per-sequence streams into ubatches of
+        # consecutive sequence ids with as many tokens each (llama_batch_allocr::split_equal),
+        # so slot order keeps decode-only steps to one forward pass
+        feeds.sort(key=lambda f: f[0].slot)
+        batch.clear()
+        for seq, take in feeds:
+            if take == 0:
+                pos = len(seq.prompt) + seq.n_out - 1
+                seq.batch_index = batch.add((seq.last,), pos, seq.slot)
+                seq.kv.append(seq.last)
+                sampling.append(seq)
                 continue
-            take = min(remaining, budget)
-            score = seq.params.prompt_logprobs is not None
-            for k in range(take):
-                pos = seq.n_fed + k
-                last = pos == len(seq.prompt) - 1
-                idx = batch.add(seq.prompt[pos], pos, seq.slot, last or score)
-                if last:
-                    seq.batch_index = idx
-                    sampling.append(seq)
-                elif score:
-                    seq.scoring.append((pos, idx))
-            seq.kv += seq.prompt[seq.n_fed:seq.n_fed + take]
+            start = seq.n_fed
+            chunk = seq.prompt[start:start + take]
+            last = start + take == len(seq.prompt)
+            first = batch.add(chunk, start, seq.slot, logits=seq.scores, last_logits=last)
+            if seq.scores:
+                seq.scoring.extend((start + k, first + k) for k in range(take - last))
+            if last:
+                seq.batch_index = first + take - 1
+                sampling.append(seq)
+            seq.kv += chunk
             seq.n_fed += take
-            budget -= take
         rc = llama.decode(batch)
         if rc != 0:
             raise RuntimeError(f"llama_decode returned {rc}")
@@ -427,12 +473,12 @@ class LlamaCppEngine:
                 seq.emit(PromptLogprobsEvent(tuple(seq.prompt_lp)))
             if seq.params.max_tokens <= 0:
                 with self._cv:
-                    self._release(seq, free_slots)
+                    self._release(seq)
                 seq.emit(FinishEvent("length", cached_tokens=seq.n_cached))
                 continue
-            self._sample(llama, seq, free_slots)
+            self._sample(llama, seq)
 
-    def _sample(self, llama: LlamaModel, seq: _Seq, free_slots: list[int]) -> None:
+    def _sample(self, llama: LlamaModel, seq: _Seq) -> None:
         assert seq.sampler is not None
         token = seq.sampler.sample(llama, seq.batch_index)
         ev = TokenEvent(token)
@@ -450,5 +496,5 @@ class LlamaCppEngine:
                 finished = FinishEvent("length", cached_tokens=seq.n_cached)
         if finished is not None:
             with self._cv:
-                self._release(seq, free_slots)
+                self._release(seq)
             seq.emit(finished)
