@@ -159,9 +159,10 @@ def registry(tmp_path: Path) -> TokenizerRegistry:
 @pytest.fixture
 def make_app(gguf_info: TokenizerSource, fake_engine: FakeEngine, registry: TokenizerRegistry,
              tmp_path: Path):  # type: ignore[no-untyped-def]
-    """An app serving the scripted engine as MODEL, with the real tokenizer and template."""
+    """An app serving the scripted engine (or `engine`) as MODEL, with the real tokenizer and
+    template; keyword arguments are Settings."""
 
-    def make(**overrides: object):  # type: ignore[no-untyped-def]
+    def make(engine: object = None, **overrides: object):  # type: ignore[no-untyped-def]
         tok = gguf_info.tokenizer
         entry = registry.register(tok, aliases=[tok.family],
                                   chat_template=gguf_info.chat_template,
@@ -169,7 +170,7 @@ def make_app(gguf_info: TokenizerSource, fake_engine: FakeEngine, registry: Toke
                                   add_bos=gguf_info.add_bos)
         settings = Settings(tokenizer_store=tmp_path / "store", **overrides)  # type: ignore[arg-type]
         models = ModelRegistry()
-        models.add(ServedModel(id=MODEL, engine=fake_engine, tokenizer_entry=entry,
+        models.add(ServedModel(id=MODEL, engine=engine or fake_engine, tokenizer_entry=entry,
                                template=load_template(settings, gguf_info)))
         return create_app(settings, models=models, tokenizers=registry)
 

@@ -62,7 +62,10 @@ def matches(expected: Any, actual: Any, where: str = "$") -> None:
         for i, (e, a) in enumerate(zip(expected, actual, strict=True)):
             matches(e, a, f"{where}[{i}]")
     elif isinstance(expected, float):
-        assert isinstance(actual, int | float) and math.isclose(expected, actual, abs_tol=1e-3), \
+        # llama.cpp's numbers depend on how a prompt reached the KV cache (cut into ubatches,
+        # or partly served by the prefix cache): the last digits of a logprob move, by up to
+        # ~0.05 here on a short prompt (docs/engines.md, "Exactness")
+        assert isinstance(actual, int | float) and math.isclose(expected, actual, abs_tol=0.1), \
             f"{where}: {actual} != {expected}"
     else:
         assert expected == actual, f"{where}: {actual!r} != {expected!r}"

@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from tests.conftest import BLOCKED_PHRASE, LiveServer, _free_port
+from tests.fakes import MODEL as APP_MODEL  # what make_app serves
 from tokenwire.tokenizers.hf import HFTokenizer
 
 pytestmark = pytest.mark.engine
@@ -141,29 +142,16 @@ def test_shutdown_drains_in_flight_streams(tmp_path: Path) -> None:
 
 
 @pytest.mark.anyio
-async def test_canonicality_modes_on_the_real_engine(engine, gguf_info, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    from tokenwire.config import Settings
-    from tokenwire.server.app import create_app
-    from tokenwire.serving.models import ModelRegistry, ServedModel
-    from tokenwire.serving.template import ChatTemplate
-    from tokenwire.tokenizers.registry import TokenizerRegistry
-
+async def test_canonicality_modes_on_the_real_engine(engine, gguf_info, make_app) -> None:  # type: ignore[no-untyped-def]
     tok = gguf_info.tokenizer
-    registry = TokenizerRegistry(None)
-    models = ModelRegistry()
-    models.add(ServedModel(id=MODEL, engine=engine, tokenizer_entry=registry.register(
-        tok, aliases=[tok.family]), template=ChatTemplate(
-        gguf_info.chat_template, tok, bos_id=gguf_info.bos_id, eos_id=gguf_info.eos_id,
-        add_bos=gguf_info.add_bos)))
     odd = tok.encode("Say only ") + tok.encode("y") + tok.encode("es.")
     assert tok.decode(odd) == "Say only yes." and odd != tok.encode("Say only yes.")
-    body = {"model": MODEL, "tokenizer_version": tok.version, "max_tokens": 4,
+    body = {"model": APP_MODEL, "tokenizer_version": tok.version, "max_tokens": 4,
             "temperature": 0, "return_token_ids": True,
             "messages": [{"role": "user", "content": {"type": "input_tokens",
                                                       "token_ids": odd}}]}
     for mode in ("allow", "flag", "reject"):
-        app = create_app(Settings(non_canonical_tokens=mode, tokenizer_store=tmp_path),
-                         models=models, tokenizers=registry)  # no lifespan: engine is shared
+        app = make_app(engine, non_canonical_tokens=mode)  # no lifespan: engine is shared
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
                                      base_url="http://t") as c:
             r = await c.post("/v1/chat/completions", json=body)
@@ -177,3 +165,39 @@ async def test_canonicality_modes_on_the_real_engine(engine, gguf_info, tmp_path
         # the odd ids reached the model exactly as sent
         p = data["prompt_token_ids"]
         assert any(p[i:i + len(odd)] == odd for i in range(len(p)))
+
+
+@pytest.mark.anyio
+async def test_a_huge_prompt_is_prepared_off_the_event_loop(engine, make_app) -> None:  # type: ignore[no-untyped-def]
+    """Encoding, canonicality, policy and template work for a 100k-character message runs in a
+    worker thread (and the tokenizer lets go of the GIL on long texts), so the event loop, and
+    every other stream's tokens with it, keeps moving meanwhile."""
+    import asyncio
+
+    huge = "The quick brown fox jumps over the lazy dog, again and again. " * 6400
+    app = make_app(engine)  # no lifespan: the engine is shared
+    gaps: list[float] = []
+
+    async def tick() -> None:
+        last = time.perf_counter()
+        while True:
+            await asyncio.sleep(0.002)
+            now = time.perf_counter()
+            gaps.append(now - last)
+            last = now
+
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                 base_url="http://t", timeout=60) as c:
+        ticker = asyncio.create_task(tick())
+        await asyncio.sleep(0.05)
+        gaps.clear()
+        start = time.perf_counter()
+        r = await c.post("/v1/chat/completions", json={
+            "model": APP_MODEL, "max_tokens": 1, "messages": [{"role": "user", "content": huge}]})
+        took = time.perf_counter() - start
+        await asyncio.sleep(0.02)  # the ticker records the gap it is in
+        ticker.cancel()
+    # ~22k tokens: refused for the context length, once all of the preparation has run
+    assert r.status_code == 400 and r.json()["error"]["param"] == "messages", r.text
+    assert took > 0.2, took  # enough work that a stall would show
+    assert max(gaps) < took / 2, (max(gaps), took)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -15,7 +14,6 @@ from tests.fakes import MODEL, FakeEngine
 from tokenwire.metrics import UNMATCHED
 from tokenwire.server.routes import routes
 from tokenwire.tokenizers.hf import HFTokenizer
-from tokenwire.tokenizers.source import TokenizerSource
 
 pytestmark = pytest.mark.anyio
 
@@ -228,21 +226,8 @@ async def test_each_app_has_its_own_registry(make_app) -> None:  # type: ignore[
 
 @pytest.mark.engine
 async def test_a_stream_on_the_real_engine_is_timed_and_its_steps_observed(
-        engine, gguf_info: TokenizerSource, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    from tokenwire.config import Settings
-    from tokenwire.server.app import create_app
-    from tokenwire.serving.models import ModelRegistry, ServedModel
-    from tokenwire.serving.template import ChatTemplate
-    from tokenwire.tokenizers.registry import TokenizerRegistry
-
-    tok = gguf_info.tokenizer
-    registry = TokenizerRegistry(None)
-    models = ModelRegistry()
-    models.add(ServedModel(id=MODEL, engine=engine, tokenizer_entry=registry.register(
-        tok, aliases=[tok.family]), template=ChatTemplate(
-        gguf_info.chat_template, tok, bos_id=gguf_info.bos_id, eos_id=gguf_info.eos_id,
-        add_bos=gguf_info.add_bos)))
-    app = create_app(Settings(tokenizer_store=tmp_path), models=models, tokenizers=registry)
+        engine, make_app) -> None:  # type: ignore[no-untyped-def]
+    app = make_app(engine)
     try:  # no lifespan: the engine is shared by the session
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
                                      base_url="http://t") as c:

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 
+from .._heap import trim_heap
 from ..config import LOOPBACK_HOSTS, Settings
 from ..metrics import Metrics
 from ..policy import load_policy
@@ -59,6 +60,7 @@ def create_app(settings: Settings | None = None, *, models: ModelRegistry | None
             metrics.attach(loaded.id, loaded.engine)
         for m in models.all():
             await m.engine.start()
+        trim_heap()
         try:
             yield
         finally:

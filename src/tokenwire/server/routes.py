@@ -101,7 +101,7 @@ async def render_chat(request: Request) -> Response:
     """vLLM's render: the prompt a chat request would run with, nothing generated."""
     req = parse_body(await request.body(), ChatCompletionRequest)
     service: ChatService = request.app.state.chat
-    return ModelResponse(service.render(req))
+    return ModelResponse(await service.render(req))
 
 
 def _caller(request: Request) -> Caller:

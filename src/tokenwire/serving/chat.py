@@ -171,9 +171,9 @@ class ChatService(GenerationService):
 
     # -- responses -----------------------------------------------------------------------------
 
-    def render(self, req: ChatCompletionRequest) -> RenderResponse:
+    async def render(self, req: ChatCompletionRequest) -> RenderResponse:
         """The prompt a request would run with, where each message went, and the loss mask."""
-        plan = self.plan(req)
+        plan = await self._prepare(self.plan, req)
         sp: dict[str, Any] = {
             "n": req.n, "max_tokens": plan.budget, "seed": req.seed,
             "presence_penalty": req.presence_penalty,
@@ -199,7 +199,7 @@ class ChatService(GenerationService):
             sampled_mask=plan.conv.sampled, warnings=plan.warnings)
 
     async def create(self, req: ChatCompletionRequest) -> ChatCompletion:
-        plan = self.plan(req)
+        plan = await self._prepare(self.plan, req)
         acc = await self._whole(lambda: self._start(plan), req.n)
         tok = plan.model.tokenizer
         as_ids = req.return_tokens_as_token_ids
@@ -243,7 +243,7 @@ class ChatService(GenerationService):
         )
 
     async def stream(self, req: ChatCompletionRequest) -> AsyncIterator[ChatCompletionChunk]:
-        plan = self.plan(req)
+        plan = await self._prepare(self.plan, req)
         updates = await self._start(plan)
         return self._chunks(plan, updates)
 

@@ -142,7 +142,7 @@ class CompletionService(GenerationService):
         return [TokenEvent(prompt[0]), *scored]
 
     async def create(self, req: CompletionRequest, caller: Caller = ANONYMOUS) -> Completion:
-        plan = self.plan(req, caller)
+        plan = await self._prepare(self.plan, req, caller)
         acc = await self._whole(lambda: self._start(plan), len(plan.prompts) * req.n)
         tok = plan.model.tokenizer
         choices = []
@@ -170,7 +170,7 @@ class CompletionService(GenerationService):
 
     async def stream(self, req: CompletionRequest, caller: Caller = ANONYMOUS,
                      ) -> AsyncIterator[CompletionChunk]:
-        plan = self.plan(req, caller)
+        plan = await self._prepare(self.plan, req, caller)
         updates = await self._start(plan)
         return self._chunks(plan, updates)
 

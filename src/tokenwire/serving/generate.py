@@ -237,7 +237,7 @@ class GenerateService(GenerationService):
         return Usage.of(len(plan.prompt), completion, cached)
 
     async def create(self, req: GenerateRequest, caller: Caller = ANONYMOUS) -> GenerateResponse:
-        plan = self.plan(req, caller)
+        plan = await self._prepare(self.plan, req, caller)
         acc = await self._whole(lambda: self._start(plan), req.sampling_params.n)
         usage = self._served(plan, self._usage(plan, sum(a.n_sampled for a in acc),
                                                acc[0].cached_tokens))
@@ -259,7 +259,7 @@ class GenerateService(GenerationService):
 
     async def stream(self, req: GenerateRequest, caller: Caller = ANONYMOUS,
                      ) -> AsyncIterator[GenerateStreamResponse]:
-        plan = self.plan(req, caller)
+        plan = await self._prepare(self.plan, req, caller)
         updates = await self._start(plan)
         return self._events(plan, updates)
 

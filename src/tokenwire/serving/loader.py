@@ -9,6 +9,7 @@ serve on any difference (a gateway's clients would get ids that mean something e
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 
 from ..config import Settings
@@ -50,6 +51,8 @@ async def load_model(settings: Settings, tokenizers: TokenizerRegistry) -> Serve
     entry = tokenizers.register(tok, aliases=[tok.family], chat_template=source.chat_template,
                                 bos_id=source.bos_id, eos_id=source.eos_id,
                                 add_bos=source.add_bos)
+    if entry.tokenizer is not tok:  # the store had this version: one copy (~40 MB), not two
+        source = dataclasses.replace(source, tokenizer=entry.tokenizer)
     engine = create_engine(settings.engine,
                            EngineSpec(settings, source, await _eog_ids(source, settings)))
     try:

@@ -3,11 +3,12 @@ the plan of a checked request (what its responses all carry)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from ..config import Settings
 from ..engines.base import ReplicaLostError
@@ -23,6 +24,9 @@ from .tokens import TokenSpace, resolve_token_space
 __all__ = ["ANONYMOUS", "Caller", "GenerationService", "Plan", "check_engine_features"]
 
 log = logging.getLogger(__name__)
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -97,6 +101,12 @@ class GenerationService:
         self._settings = settings
         self._guard = guard
         self._metrics = metrics
+
+    @staticmethod
+    async def _prepare(plan: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        """A request's plan (encode, canonicality, content policy, template), built in a worker
+        thread: one 100k-character prompt then holds up no other stream's tokens."""
+        return await asyncio.to_thread(plan, *args, **kwargs)
 
     def _served(self, plan: Plan, usage: Usage) -> Usage:
         """Count a request's usage where its response computes it, once (a stream's in its

@@ -51,6 +51,10 @@ def _piece_bytes(model: dict[str, Any], piece: str) -> bytes:
     return piece.replace("\u2581", " ").encode()
 
 
+_LONG_TEXT = 4096
+"""Characters beyond which `encode` releases the GIL while it works."""
+
+
 class HFTokenizer:
     """Implements `Tokenizer` over the bytes of a tokenizer.json."""
 
@@ -107,6 +111,10 @@ class HFTokenizer:
         if not text:
             return []
         tok = self._special if parse_special else self._plain
+        if len(text) > _LONG_TEXT:
+            # `encode` holds the GIL throughout (~70 ms per 100k characters here), the batch
+            # call releases it: a long prompt planned off the event loop then stalls nothing
+            return tok.encode_batch([text], add_special_tokens=False)[0].ids
         return tok.encode(text, add_special_tokens=False).ids
 
     def encode_segments(self, segments: Sequence[str]) -> list[int]:
