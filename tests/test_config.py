@@ -31,6 +31,8 @@ def test_model_names() -> None:
 def test_cli_serve_arguments() -> None:
     args = _parser().parse_args(["serve", "--model", "m.gguf", "--port", "9000"])
     assert args.model == Path("m.gguf") and args.port == 9000
+    assert args.prefix_cache is None  # not given: the setting (environment, default on) decides
+    assert _parser().parse_args(["serve", "--no-prefix-cache"]).prefix_cache is False
 
 
 def test_a_batch_must_hold_every_decoding_sequence() -> None:

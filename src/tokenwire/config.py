@@ -105,6 +105,10 @@ class Settings(BaseSettings):
     n_parallel: int = Field(4, ge=1, le=64, description="Sequences decoded together.")
     n_batch: int = Field(512, ge=16, description="Most tokens in one decode step.")
     n_threads: int | None = Field(None, ge=1, description="CPU threads; default: all cores.")
+    prefix_cache: bool = Field(
+        True, description="Embedded engine: reuse the KV cells of earlier prompts (off: every "
+        "prompt is prefilled in full, so its numbers are those of a request alone)."
+    )
     max_queued: int = Field(
         256, ge=0, description="Requests that may wait for a free sequence slot (then 429)."
     )

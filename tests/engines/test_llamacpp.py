@@ -439,3 +439,23 @@ async def test_a_shared_system_prompt_is_copied_and_the_history_kept(
         assert cold_fin.cached_tokens == 0 and ids(b_out) == ids(cold)
     finally:
         await eng.aclose()
+
+
+async def test_without_the_prefix_cache_every_prompt_is_computed_as_alone(
+        model_path, prompt_of) -> None:  # type: ignore[no-untyped-def]
+    """`prefix_cache=False` (`--no-prefix-cache`): nothing is reused, not even the same prompt
+    again or a conversation's next turn, so each request's logprobs are a full prefill's: llama.cpp
+    is not batch-invariant (docs/engines.md, "Exactness"), and this is the way to pay for that."""
+    eng = LlamaCppEngine(model_path, max_model_len=512, n_parallel=2, prefix_cache=False)
+    await eng.start()
+    try:
+        p = prompt_of("Tell me about the sea, the ships that sail on it and their crews. " * 3)
+        assert len(p) >= 64  # long enough for llama.cpp's tiled attention on a full prefill
+        first, fin1 = await run(eng, p, max_tokens=6, logprobs=1)
+        turn = [*p, *ids(first), *prompt_of("And then?")[1:]]
+        again, fin2 = await run(eng, p, max_tokens=6, logprobs=1)
+        _, fin3 = await run(eng, turn, max_tokens=2)
+    finally:
+        await eng.aclose()
+    assert [fin1.cached_tokens, fin2.cached_tokens, fin3.cached_tokens] == [0, 0, 0]
+    assert [(t.token_id, t.logprob) for t in again] == [(t.token_id, t.logprob) for t in first]

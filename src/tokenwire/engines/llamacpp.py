@@ -126,9 +126,11 @@ class LlamaCppEngine:
     def __init__(self, path: str | Path, *, model_id: str | None = None,
                  max_model_len: int | None = None, n_parallel: int = 4, n_batch: int = 512,
                  n_threads: int | None = None, max_queued: int = 256,
-                 tokenizer: HFTokenizer | None = None, count_ubatches: bool = False):
+                 tokenizer: HFTokenizer | None = None, prefix_cache: bool = True,
+                 count_ubatches: bool = False):
         """`model_id` defaults to the file name without its quantization suffix; `tokenizer`:
-        the pinned portable tokenizer, checked against llama.cpp's at start;
+        the pinned portable tokenizer, checked against llama.cpp's at start; `prefix_cache`:
+        off, every prompt is prefilled in full and no slot keeps its KV;
         `count_ubatches`: see `LlamaModel` (tests only)."""
         if n_batch < n_parallel:
             # every decoding sequence puts one token in each batch
@@ -141,6 +143,7 @@ class LlamaCppEngine:
         self._n_threads = n_threads
         self._max_queued = max_queued
         self._tokenizer = tokenizer
+        self._prefix_cache = prefix_cache
         self._count_ubatches = count_ubatches
         self._llama: LlamaModel | None = None
         self._info: EngineInfo | None = None
@@ -335,11 +338,12 @@ class LlamaCppEngine:
         it follow a running sequence that is prefilling the same prompt."""
         place = self._slots.take(seq.prompt, self._live())
         seq.slot = place.slot
+        reuse = self._prefix_cache and not seq.scores
         limit = len(seq.prompt) - 1  # the last prompt id is always fed: its logits come next
-        own = 0 if seq.scores else min(place.own, limit)
-        shared = 0 if seq.scores else min(place.shared, limit)
+        own = min(place.own, limit) if reuse else 0
+        shared = min(place.shared, limit) if reuse else 0
         leader, lead = None, 0
-        for other in self._active if not seq.scores else ():
+        for other in self._active if reuse else ():
             if other.leader is None:
                 n = min(common_prefix(other.prompt, seq.prompt), limit)
                 if n > lead and other.n_fed < n:
@@ -405,6 +409,7 @@ class LlamaCppEngine:
         KV is unknown)."""
         seq.done = True
         seq.leader = None
+        keep = keep and self._prefix_cache
         if seq in self._active:
             self._active.remove(seq)
         if seq.sampler is not None:
