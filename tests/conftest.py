@@ -183,6 +183,29 @@ def app(make_app):  # type: ignore[no-untyped-def]
 
 
 @contextlib.asynccontextmanager
+async def loop_gaps(every: float = 0.005) -> AsyncIterator[list[float]]:
+    """The gaps between the event loop's turns while the block runs: a task asks to wake every
+    `every` seconds and records how long each wait really took (a blocked loop shows as one long
+    gap, recorded once the loop is free again, before the block's end is left)."""
+    gaps: list[float] = []
+
+    async def tick() -> None:
+        last = time.perf_counter()
+        while True:
+            await asyncio.sleep(every)
+            now = time.perf_counter()
+            gaps.append(now - last)
+            last = now
+
+    task = asyncio.create_task(tick())
+    try:
+        yield gaps
+        await asyncio.sleep(every * 4)  # the ticker records the gap it is in
+    finally:
+        task.cancel()
+
+
+@contextlib.asynccontextmanager
 async def serve_in_process(app) -> AsyncIterator[httpx.AsyncClient]:  # type: ignore[no-untyped-def]
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)

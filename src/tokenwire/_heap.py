@@ -10,11 +10,8 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import gc
-import logging
 
 __all__ = ["trim_heap"]
-
-log = logging.getLogger(__name__)
 
 
 def _libc() -> ctypes.CDLL | None:

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import BLOCKED_PHRASE, LiveServer, _free_port
+from tests.conftest import BLOCKED_PHRASE, LiveServer, _free_port, loop_gaps
 from tests.fakes import MODEL as APP_MODEL  # what make_app serves
 from tokenwire.tokenizers.hf import HFTokenizer
 
@@ -172,31 +172,16 @@ async def test_a_huge_prompt_is_prepared_off_the_event_loop(engine, make_app) ->
     """Encoding, canonicality, policy and template work for a 100k-character message runs in a
     worker thread (and the tokenizer lets go of the GIL on long texts), so the event loop, and
     every other stream's tokens with it, keeps moving meanwhile."""
-    import asyncio
-
     huge = "The quick brown fox jumps over the lazy dog, again and again. " * 6400
     app = make_app(engine)  # no lifespan: the engine is shared
-    gaps: list[float] = []
-
-    async def tick() -> None:
-        last = time.perf_counter()
-        while True:
-            await asyncio.sleep(0.002)
-            now = time.perf_counter()
-            gaps.append(now - last)
-            last = now
-
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
                                  base_url="http://t", timeout=60) as c:
-        ticker = asyncio.create_task(tick())
-        await asyncio.sleep(0.05)
-        gaps.clear()
-        start = time.perf_counter()
-        r = await c.post("/v1/chat/completions", json={
-            "model": APP_MODEL, "max_tokens": 1, "messages": [{"role": "user", "content": huge}]})
-        took = time.perf_counter() - start
-        await asyncio.sleep(0.02)  # the ticker records the gap it is in
-        ticker.cancel()
+        async with loop_gaps(0.002) as gaps:
+            start = time.perf_counter()
+            r = await c.post("/v1/chat/completions", json={
+                "model": APP_MODEL, "max_tokens": 1,
+                "messages": [{"role": "user", "content": huge}]})
+            took = time.perf_counter() - start
     # ~22k tokens: refused for the context length, once all of the preparation has run
     assert r.status_code == 400 and r.json()["error"]["param"] == "messages", r.text
     assert took > 0.2, took  # enough work that a stall would show

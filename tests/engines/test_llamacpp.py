@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 import pytest
 
+from tests.conftest import loop_gaps
 from tokenwire.engines._slots import MIN_COPY, common_prefix
 from tokenwire.engines.base import (
     Engine,
@@ -147,19 +148,8 @@ async def test_closing_the_stream_frees_the_slot(engine: LlamaCppEngine, prompt_
 async def test_the_event_loop_stays_free(engine: LlamaCppEngine, prompt_of) -> None:  # type: ignore[no-untyped-def]
     """Model compute runs in the engine thread: the loop keeps ticking during a long prefill."""
     long_prompt = prompt_of("word " * 700)
-    gaps: list[float] = []
-
-    async def ticker() -> None:
-        last = time.monotonic()
-        while True:
-            await asyncio.sleep(0.005)
-            now = time.monotonic()
-            gaps.append(now - last)
-            last = now
-
-    tick = asyncio.create_task(ticker())
-    await run(engine, long_prompt, max_tokens=5)
-    tick.cancel()
+    async with loop_gaps(0.005) as gaps:
+        await run(engine, long_prompt, max_tokens=5)
     assert len(gaps) > 10
     assert max(gaps) < 1.0  # generous: a blocked loop would stall for the whole prefill
 

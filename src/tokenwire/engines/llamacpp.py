@@ -351,8 +351,8 @@ class LlamaCppEngine:
         self._reuse(seq, seq.slot, own)  # cut what the slot held after the shared prefix
         if leader is not None and lead >= max(shared, own) + MIN_COPY:
             seq.leader, seq.lead = leader, lead
-        elif place.source != seq.slot and shared >= max(own + 1, MIN_COPY):
-            self._reuse(seq, place.source, shared)
+        else:
+            self._copy_prefix(seq, place.source, shared)
 
     def _catch_up(self, seq: _Seq) -> None:
         """Copy the leader's prefix once it has fed it (or the best one left, if it is gone)."""
@@ -365,8 +365,12 @@ class LlamaCppEngine:
             self._reuse(seq, leader.slot, seq.lead)
             return
         source, shared = self._slots.best_source(seq.prompt, self._live(but=seq))
-        shared = min(shared, len(seq.prompt) - 1)
-        if source >= 0 and shared >= max(seq.n_fed + 1, MIN_COPY):
+        self._copy_prefix(seq, source, min(shared, len(seq.prompt) - 1))
+
+    def _copy_prefix(self, seq: _Seq, source: int, shared: int) -> None:
+        """Copy the first `shared` prompt ids from slot `source`, when that beats feeding them:
+        more than `seq` holds already, and at least MIN_COPY (a copy moves a whole stream)."""
+        if source not in (-1, seq.slot) and shared >= max(seq.n_fed + 1, MIN_COPY):
             self._reuse(seq, source, shared)
 
     def _reuse(self, seq: _Seq, source: int, keep: int) -> None:
