@@ -449,3 +449,16 @@ async def test_without_the_prefix_cache_every_prompt_is_computed_as_alone(
         await eng.aclose()
     assert [fin1.cached_tokens, fin2.cached_tokens, fin3.cached_tokens] == [0, 0, 0]
     assert [(t.token_id, t.logprob) for t in again] == [(t.token_id, t.logprob) for t in first]
+
+
+async def test_a_cache_salt_isolates_the_prefix_cache(engine: LlamaCppEngine, prompt_of) -> None:  # type: ignore[no-untyped-def]
+    """A salted request reuses only prefixes its own salt computed (vLLM's `cache_salt`): no
+    tenant can time another's cached prompt; greedy ids are the same either way."""
+    p = prompt_of("Which planet is the largest? Answer in one word.")
+    out, first = await run(engine, p, cache_salt="a")
+    assert first.cached_tokens == 0
+    for salt in (None, "b"):
+        other_out, other = await run(engine, p, cache_salt=salt)
+        assert other.cached_tokens == 0 and ids(other_out) == ids(out)
+    _, again = await run(engine, p, cache_salt="a")
+    assert again.cached_tokens == len(p) - 1

@@ -125,3 +125,24 @@ def test_routing_work_does_not_grow_with_memory(monkeypatch: pytest.MonkeyPatch)
     router.order([50_000, 7, 7, 7], UP2, IDLE2)
     assert calls <= 16 + 1 + 2  # candidate lengths, the key, the replicas' scores
     assert router.order([5, 6, 7, 8], UP2, IDLE2)[0] == 1  # extends [5, 6, 7]
+
+
+def test_a_prompt_cache_key_groups_requests_and_a_salt_keeps_tenants_apart() -> None:
+    rng = random.Random(7)
+    router = PrefixRouter(4)
+    up, idle = [True] * 4, [0] * 4
+    prompts = [[rng.randrange(50_000) for _ in range(rng.randint(5, 200))] for _ in range(40)]
+    # one key, any prompts: one replica (OpenAI's prompt_cache_key)
+    assert len({router.order(p, up, idle, cache_key="tenant-7/agent")[0]
+                for p in prompts}) == 1
+    assert len({router.order(p, up, idle)[0] for p in prompts}) > 1
+    # a conversation's next turn follows it only within its salt
+    turn1 = prompts[0]
+    turn2 = turn1 + [1, 2, 3]
+    homes = set()
+    for salt in (None, "a", "b", "c", "d", "e"):
+        first = router.order(turn1, up, idle, salt=salt)[0]
+        router.record(turn1, first, salt=salt)
+        assert router.order(turn2, up, idle, salt=salt)[0] == first
+        homes.add(first)
+    assert len(homes) > 1  # salts do not inherit another tenant's remembered turn

@@ -64,3 +64,16 @@ def test_what_is_held_is_bounded_by_the_slots() -> None:
         p = slots.take([k] * 10, {})
         slots.release(p.slot, [k] * 10)
     assert len([s for s in range(2) if slots.held(s)]) == 2
+
+
+def test_a_salt_reuses_only_its_own_tenants_cache() -> None:
+    slots = Slots(2)
+    prompt = list(range(10, 40))
+    a = slots.take(prompt, {}, "tenant-a")
+    slots.release(a.slot, prompt, "tenant-a")
+    for other in (None, "tenant-b"):
+        p = slots.take(prompt + [1], {}, other)
+        assert (p.shared, p.own) == (0, 0)
+        slots.release(p.slot, None)
+    same = slots.take(prompt + [1], {}, "tenant-a")
+    assert (same.slot, same.shared, same.own) == (a.slot, len(prompt), len(prompt))

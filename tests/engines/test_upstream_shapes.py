@@ -517,3 +517,50 @@ async def test_a_pooled_connection_the_server_closed_is_not_a_dead_replica(
         events = await run(eng, [1, 4093], temperature=0.0)
         assert dropped and isinstance(events[-1], FinishEvent)
         assert eng.health().ok
+
+
+#: vLLM's sampling fields as SamplingParams carries them, and a non-neutral value of each
+EXTRAS: dict[str, Any] = {"top_k": 5, "min_p": 0.1, "repetition_penalty": 1.3,
+                          "min_tokens": 2, "logit_bias": ((7, 2.5), (9, -100.0))}
+
+
+async def test_the_sampling_extras_reach_each_upstream_by_its_own_names(  # type: ignore[no-untyped-def]
+        tok, gguf_info, model_path) -> None:
+    """Each adapter sends them in its engine's spelling (read from that engine's source), or
+    refuses by name the ones its engine means otherwise."""
+    final = shape("vllm", "generate_stream_final_chunk_v034")
+    up = Upstream(tok, vllm_routes(lambda r: sse(final)))
+    async with engine("vllm", up, gguf_info, model_path) as eng:
+        await run(eng, [1, 2, 3], temperature=0.7, **EXTRAS)
+        [sent] = up.generation_bodies("/inference/v1/generate")
+        sp = sent["sampling_params"]
+        assert set(sp) <= VLLM_SAMPLING_FIELDS
+        assert (sp["top_k"], sp["min_p"], sp["repetition_penalty"], sp["min_tokens"]) == (
+            5, 0.1, 1.3, 2)
+        assert sp["logit_bias"] == {"7": 2.5, "9": -100.0}
+
+    sg_final = shape("sglang", "generate_stream_chunk_cumulative_final")
+    up = Upstream(tok, sglang_routes(lambda r: sse(sg_final)))
+    async with engine("sglang", up, gguf_info, model_path, eog=frozenset({2})) as eng:
+        with pytest.raises(UnsupportedParameterError) as info:
+            await run(eng, [1, 2], temperature=0.7, **EXTRAS)
+        assert info.value.param == "repetition_penalty"  # SGLang's counts the output only
+        await run(eng, [1, 2], temperature=0.7, **{**EXTRAS, "repetition_penalty": 1.0})
+        [sent] = up.generation_bodies("/generate")
+        sp = sent["sampling_params"]
+        assert set(sp) <= SGLANG_SAMPLING_FIELDS
+        assert (sp["top_k"], sp["min_p"], sp["min_new_tokens"]) == (5, 0.1, 2)
+        assert sp["logit_bias"] == {"7": 2.5, "9": -100.0}
+
+    up = Upstream(tok, llama_routes(lambda r: captured("completion_stream_eos_return_tokens")))
+    async with engine("llama-server", up, gguf_info, model_path) as eng:
+        with pytest.raises(UnsupportedParameterError) as info:
+            await run(eng, [1, 4093], **EXTRAS)
+        assert info.value.param == "min_tokens"  # llama-server has no minimum length
+        await run(eng, [1, 4093], temperature=0.7, **{**EXTRAS, "min_tokens": 0})
+        [sent] = up.generation_bodies("/completion")
+        assert sent["samplers"] == ["penalties", "temperature", "min_p", "top_k", "top_p"]
+        assert (sent["top_k"], sent["min_p"], sent["repeat_penalty"]) == (5, 0.1, 1.3)
+        assert sent["repeat_last_n"] == 2 + 16  # the prompt and the whole output
+        assert (sent["frequency_penalty"], sent["presence_penalty"]) == (0.0, 0.0)
+        assert sent["logit_bias"] == [[7, 2.5], [9, -100.0]]

@@ -8,6 +8,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.conftest import serve_in_process
 from tests.fakes import MODEL, FakeEngine
 from tokenwire.tokenizers.hf import HFTokenizer
 
@@ -132,7 +133,19 @@ BAD: list[tuple[str, Any, str, str | None]] = [
      "prompt[1]"),
     ("suffix", body(suffix="end"), "unsupported_parameter", "suffix"),
     ("best_of", body(best_of=3), "unsupported_parameter", "best_of"),
-    ("logit_bias", body(logit_bias={"5": 10}), "unsupported_parameter", "logit_bias"),
+    ("logit_bias id", body(logit_bias={"99999": 10}), "invalid_value", "logit_bias"),
+    ("logit_bias key", body(logit_bias={"a5": 10}), "invalid_value", "logit_bias"),
+    ("logit_bias value", body(logit_bias={"5": 101}), "invalid_value", "logit_bias.5"),
+    ("top_k", body(top_k=-3), "invalid_value", "top_k"),
+    ("min_p", body(min_p=1.5), "invalid_value", "min_p"),
+    ("min_tokens", body(max_tokens=2, min_tokens=3), "invalid_value", "min_tokens"),
+    ("stop_token_ids", body(stop_token_ids=[99999]), "invalid_token_id", "stop_token_ids[0]"),
+    ("truncate_prompt_tokens", body(truncate_prompt_tokens=0), "invalid_value",
+     "truncate_prompt_tokens"),
+    ("priority", body(priority=1), "unsupported_parameter", "priority"),
+    ("use_beam_search", body(use_beam_search=True), "unsupported_parameter",
+     "use_beam_search"),
+    ("prompt_logprobs", body(prompt_logprobs=1), "unsupported_parameter", "prompt_logprobs"),
     ("unknown field", body(response_format_tokens=True), "unknown_parameter",
      "response_format_tokens"),
     ("logprobs too many", body(logprobs=21), "invalid_value", "logprobs"),
@@ -155,3 +168,18 @@ async def test_bad_requests(client: httpx.AsyncClient, fake_engine: FakeEngine, 
     assert (err["code"], err["param"]) == (code, param), err
     assert fake_engine.prompts == []
     assert (await post(client, body())).status_code == 200
+
+
+async def test_a_stream_carries_its_warnings_whatever_it_shows(make_app,  # type: ignore[no-untyped-def]
+                                                               tok: HFTokenizer) -> None:
+    """The first chunk carries the request's warnings, also without ids or an echo (which
+    used to be the only chunks that could)."""
+    odd = tok.encode("forb") + tok.encode("idden")  # not the canonical encoding
+    async with serve_in_process(make_app(non_canonical_tokens="flag")) as c:
+        for extra in ({}, {"return_token_ids": True}, {"echo": True}):
+            r = await post(c, body(prompt=odd, tokenizer_version=tok.version, stream=True,
+                                   max_tokens=3, **extra))
+            chunks = [json.loads(line[6:]) for line in r.text.split("\n\n")
+                      if line.startswith("data: {")]
+            assert chunks[0]["warnings"][0]["code"] == "non_canonical_tokens", extra
+            assert all("warnings" not in c for c in chunks[1:])

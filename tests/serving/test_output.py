@@ -105,3 +105,34 @@ def test_stop_right_after_a_cut_character(tok: HFTokenizer) -> None:
     assert out_ids == [30904, 15107] and out_text == tok.decode(out_ids) == "Bon \ufffd"
     _, plain = joined(run(OutputDecoder(tok, [" va"], token_aligned=False), ids))
     assert plain == "Bon \ufffd"
+
+
+@SETTINGS
+@given(text=TEXTS, stops=STOPS)
+def test_included_stop_strings_end_the_text(tok: HFTokenizer, text: str,
+                                            stops: list[str]) -> None:
+    """vLLM's `include_stop_str_in_output`: the text runs to the end of the stop string that
+    completes first (plain), and the ids through the token that completed it."""
+    ids = tok.encode(text)
+    for aligned in (False, True):
+        dec = OutputDecoder(tok, stops, token_aligned=aligned, include_stop=True)
+        out_ids, out_text = joined(run(dec, ids))
+        found = [(text.find(s) + len(s), text.find(s)) for s in stops if s in text]
+        if not found:
+            assert dec.stop_string is None and out_ids == ids
+            continue
+        end = min(found)[0]
+        assert dec.stop_string is not None and ids[:len(out_ids)] == out_ids
+        assert len(tok.decode(out_ids).encode()) >= len(text[:end].encode())
+        if aligned:
+            assert out_text == tok.decode(out_ids)
+        else:
+            assert out_text == text[:end]
+
+
+def test_skipped_control_tokens_add_no_text(tok: HFTokenizer) -> None:
+    start, end = tok.special_id("<|im_start|>"), tok.special_id("<|im_end|>")
+    ids = [*tok.encode("a"), start, *tok.encode(" b"), end]
+    _, kept = joined(run(OutputDecoder(tok), ids))
+    out_ids, skipped = joined(run(OutputDecoder(tok, skip_special=True), ids))
+    assert kept == "a<|im_start|> b<|im_end|>" and skipped == "a b" and out_ids == ids

@@ -94,3 +94,15 @@ def test_tojson_is_hugging_faces(tok: HFTokenizer) -> None:
     r = t.render([], add_generation_prompt=False, tools=t.client_text([{"d": "<é>"}]))
     assert tok.decode(r.ids) == '[{"d": "<é>"}]'
     assert t.renders_tools
+
+
+def test_chat_template_kwargs_reach_the_template(tok: HFTokenizer) -> None:
+    t = ChatTemplate("{% if enable_thinking %}<think>{% endif %}{{ messages[0]['content'] }}"
+                     "{{ mode | default('-') }}", tok, bos_id=None, eos_id=None, add_bos=False)
+    msg = [TemplateMessage("user", tok.encode("hi"))]
+    assert tok.decode(t.render(msg).ids) == "hi-"
+    on = t.render(msg, variables={"enable_thinking": True, "mode": t.client_text("x")})
+    assert tok.decode(on.ids) == "<think>hix"
+    # a control token typed in a variable stays text
+    typed = t.render(msg, variables={"mode": t.client_text("<|im_end|>")}).ids
+    assert tok.special_id("<|im_end|>") not in typed

@@ -70,7 +70,10 @@ def make_app(engine: LlamaCppEngine, *, incremental: bool, deterministic: bool) 
             logprobs=k if want_lp else None, prompt_logprobs=k if score else None,
             presence_penalty=sp.get("presence_penalty", 0.0),
             frequency_penalty=sp.get("frequency_penalty", 0.0),
-            stop_token_ids=stops, ignore_eos=bool(sp.get("ignore_eos")))
+            stop_token_ids=stops, ignore_eos=bool(sp.get("ignore_eos")),
+            top_k=max(0, sp.get("top_k", -1)), min_p=sp.get("min_p", 0.0),
+            min_tokens=sp.get("min_new_tokens", 0),
+            logit_bias=tuple((int(t), b) for t, b in (sp.get("logit_bias") or {}).items()))
         rid = body.get("rid") or uuid.uuid4().hex
         try:
             stream = await engine.submit(ids, params)

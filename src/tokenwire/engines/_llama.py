@@ -8,9 +8,10 @@ Every call here must come from the engine's own thread, except load and free.
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import cast
 
@@ -143,6 +144,13 @@ class LlamaModel:
         out: np.ndarray = logits - (m + np.log(np.exp(logits - m).sum()))
         return out
 
+    def ban(self, index: int, ids: Iterable[int]) -> None:
+        """Make `ids` unsampleable at batch entry `index` (their raw logits set to -inf: read
+        `logprobs` first)."""
+        ptr = L.llama_get_logits_ith(self.ctx, index)
+        logits = np.ctypeslib.as_array(ptr, shape=(self.n_vocab,))
+        logits[list(ids)] = -np.inf
+
     def close(self) -> None:
         if self.ctx:
             L.llama_free(self.ctx)
@@ -259,12 +267,14 @@ def check_grammar(model: LlamaModel, grammar: Grammar) -> None:
 
 
 class Sampler:
-    """A C-side `llama_sampler` chain: grammar -> penalties -> temperature -> top-p -> draw (or
-    greedy)."""
+    """A C-side `llama_sampler` chain in vLLM's order (vllm/v1/sample/sampler.py): grammar ->
+    logit bias -> penalties -> temperature -> min-p -> top-k -> top-p -> draw (or greedy)."""
 
     def __init__(self, model: LlamaModel, *, temperature: float, top_p: float, seed: int,
                  presence_penalty: float, frequency_penalty: float, window: int,
-                 grammar: Grammar | None = None):
+                 grammar: Grammar | None = None, top_k: int = 0, min_p: float = 0.0,
+                 repetition_penalty: float = 1.0, prompt: Sequence[int] = (),
+                 logit_bias: Sequence[tuple[int, float]] = ()):
         n_vocab = model.n_vocab
         self.ptr = L.llama_sampler_chain_init(L.llama_sampler_chain_default_params())
         if grammar is not None:
@@ -273,22 +283,36 @@ class Sampler:
             except GrammarError:
                 self.free()
                 raise
+        add = functools.partial(L.llama_sampler_chain_add, self.ptr)
+        if logit_bias:
+            biases = (L.llama_logit_bias * len(logit_bias))(
+                *(L.llama_logit_bias(t, b) for t, b in logit_bias))
+            add(L.llama_sampler_init_logit_bias(n_vocab, len(logit_bias), biases))
+        if repetition_penalty != 1.0:
+            # vLLM's repetition penalty counts the prompt too, OpenAI's penalties only the
+            # output: two samplers, the first also fed the prompt (the chain owns it, the
+            # pointer stays valid while the chain lives)
+            rep = L.llama_sampler_init_penalties(n_vocab, max(1, len(prompt) + window),
+                                                 repetition_penalty, 0.0, 0.0)
+            add(rep)
+            for token in prompt:
+                L.llama_sampler_accept(rep, token)
         if presence_penalty or frequency_penalty:
             # OpenAI's penalties count only the output (the prompt is never accepted here);
             # `window` covers all of it
-            L.llama_sampler_chain_add(
-                self.ptr,
-                L.llama_sampler_init_penalties(
-                    n_vocab, max(1, window), 1.0, frequency_penalty, presence_penalty
-                ),
-            )
+            add(L.llama_sampler_init_penalties(n_vocab, max(1, window), 1.0,
+                                               frequency_penalty, presence_penalty))
         if temperature <= 0.0:
-            L.llama_sampler_chain_add(self.ptr, L.llama_sampler_init_greedy())
+            add(L.llama_sampler_init_greedy())
         else:
-            L.llama_sampler_chain_add(self.ptr, L.llama_sampler_init_temp(temperature))
+            add(L.llama_sampler_init_temp(temperature))
+            if min_p > 0.0:
+                add(L.llama_sampler_init_min_p(min_p, 1))
+            if top_k > 0:
+                add(L.llama_sampler_init_top_k(top_k))
             if top_p < 1.0:
-                L.llama_sampler_chain_add(self.ptr, L.llama_sampler_init_top_p(top_p, 1))
-            L.llama_sampler_chain_add(self.ptr, L.llama_sampler_init_dist(seed & 0xFFFFFFFF))
+                add(L.llama_sampler_init_top_p(top_p, 1))
+            add(L.llama_sampler_init_dist(seed & 0xFFFFFFFF))
 
     def sample(self, model: LlamaModel, index: int) -> int:
         """Draw from the logits of batch entry `index` (and record the token in the chain)."""

@@ -51,37 +51,46 @@ class Slots:
     def __init__(self, n: int):
         self.free: list[int] = list(range(n))
         self._held: dict[int, list[int]] = {}
+        self._salts: dict[int, str | None] = {}  # slot -> the cache_salt of what it holds
         self._released: dict[int, int] = {}  # slot -> release order, for least recently used
         self._clock = 0
 
     def held(self, slot: int) -> Sequence[int]:
         return self._held.get(slot, ())
 
-    def best_source(self, prompt: Sequence[int],
-                    live: Mapping[int, Sequence[int]]) -> tuple[int, int]:
-        """(slot, shared): the slot, free or running (`live`: slot -> ids in its cells), whose
-        cells share the longest prefix with `prompt`; (-1, 0) when none shares any."""
+    def _reusable(self, salt: str | None) -> dict[int, list[int]]:
+        """What free slots hold that a request with `salt` may reuse (only its own tenant's:
+        a salt isolates the cache, as vLLM's `cache_salt` does)."""
+        return {slot: ids for slot, ids in self._held.items() if self._salts.get(slot) == salt}
+
+    def best_source(self, prompt: Sequence[int], live: Mapping[int, Sequence[int]],
+                    salt: str | None = None) -> tuple[int, int]:
+        """(slot, shared): the slot, free or running (`live`: slot -> ids in its cells, of
+        sequences with the same `salt`), whose cells share the longest prefix with `prompt`;
+        (-1, 0) when none shares any."""
         best, best_slot = 0, -1
-        for slot, ids in [*self._held.items(), *live.items()]:
+        for slot, ids in [*self._reusable(salt).items(), *live.items()]:
             n = common_prefix(ids, prompt)
             if n > best:
                 best, best_slot = n, slot
         return best_slot, best
 
-    def take(self, prompt: Sequence[int], live: Mapping[int, Sequence[int]]) -> Placement:
+    def take(self, prompt: Sequence[int], live: Mapping[int, Sequence[int]],
+             salt: str | None = None) -> Placement:
         """Take a free slot for `prompt` (there must be one). A free slot holding the longest
         shared prefix is reused in place, unless that would cut off much more than it shares
         (a conversation's history, useful to its next turn) while a cheap slot is free; then,
         and otherwise, the cheapest cache to lose goes (an empty slot, then one whose ids
         another slot also holds, then the least recently used; the lowest id first), and the
         engine copies the prefix from its holder."""
-        source, shared = self.best_source(prompt, live)
-        others = [*self._held.items(), *live.items()]
+        source, shared = self.best_source(prompt, live, salt)
 
         def cost(slot: int) -> tuple[int, int, int]:
             ids = self._held.get(slot)
             if not ids:
                 return (0, 0, slot)
+            mine = self._salts.get(slot)  # a duplicate must be reusable by the same tenants
+            others = [*self._reusable(mine).items(), *(live.items() if mine == salt else ())]
             duplicate = any(o != slot and len(o_ids) >= len(ids)
                             and common_prefix(o_ids, ids) == len(ids) for o, o_ids in others)
             return (1, 0, slot) if duplicate else (2, self._released.get(slot, 0), slot)
@@ -92,15 +101,19 @@ class Slots:
             if lost <= MIN_COPY or cost(slot)[0] == 2 or slot == source:
                 slot = source
         self.free.remove(slot)
-        own = common_prefix(self._held.pop(slot, ()), prompt)  # the engine's to track from now
+        held = self._held.pop(slot, ())  # the engine's to track from now
+        own = common_prefix(held, prompt) if self._salts.pop(slot, None) == salt else 0
         return Placement(slot, source if shared else slot, shared, own)
 
-    def release(self, slot: int, ids: list[int] | None) -> None:
-        """Free `slot`; `ids`: what its cells still hold (None: nothing worth reusing)."""
+    def release(self, slot: int, ids: list[int] | None, salt: str | None = None) -> None:
+        """Free `slot`; `ids`: what its cells still hold (None: nothing worth reusing), filled
+        by a request with `salt`."""
         self._clock += 1
         self._released[slot] = self._clock
         if ids:
             self._held[slot] = ids
+            self._salts[slot] = salt
         else:
             self._held.pop(slot, None)
+            self._salts.pop(slot, None)
         self.free.append(slot)

@@ -93,6 +93,19 @@ class SamplingParams:
     """None: no logprobs; k >= 0: the chosen token's logprob and the k most likely tokens'."""
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
+    """OpenAI's penalties: they count the output only."""
+    repetition_penalty: float = 1.0
+    """vLLM's: logits of ids seen in the prompt or the output divided by it (multiplied where
+    negative); 1 is off."""
+    top_k: int = 0
+    """Draw among the k most likely ids only; 0 is off."""
+    min_p: float = 0.0
+    """Draw among ids at least `min_p` times as likely as the most likely one (after
+    temperature); 0 is off."""
+    min_tokens: int = 0
+    """No stop id (the model's nor `stop_token_ids`) is sampled before this many tokens."""
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    """(id, bias) added to the raw logits before everything else (OpenAI's `logit_bias`)."""
     prompt_logprobs: int | None = None
     """None: none; k >= 0: each prompt token's logprob given its prefix, and the k most likely
     tokens there (scoring, `echo` with logprobs). Delivered in one `PromptLogprobsEvent`."""
@@ -106,6 +119,8 @@ class SamplingParams:
     cache_salt: str | None = None
     """Isolates prefix-cache reuse between tenants: passed to vLLM and SGLang; llama-server,
     which cannot salt, does not reuse its cache for a salted request."""
+    cache_key: str | None = None
+    """OpenAI's `prompt_cache_key`: a gateway sends requests with one key to one replica."""
 
     def stops(self, eog_ids: frozenset[int]) -> frozenset[int]:
         """Every id whose sampling ends the output."""

@@ -121,13 +121,29 @@ class LlamaServerEngine(UpstreamEngine):
         if params.prompt_logprobs is not None:
             raise UnsupportedParameterError("llama-server cannot score prompt tokens",
                                             param="prompt_logprobs")
+        if params.min_tokens:
+            raise UnsupportedParameterError("llama-server has no minimum output length",
+                                            param="min_tokens")
         greedy = params.temperature <= 0
+        # our chain's order (engines/_llama.py `Sampler`); the logit bias always goes first
+        samplers = ["penalties"] if params.repetition_penalty != 1.0 else []
+        samplers.append("temperature")
+        if not greedy:
+            samplers += ["min_p", "top_k", "top_p"]
         body: dict[str, Any] = {
             "prompt": list(prompt),
             "n_predict": max(1, params.max_tokens),
             "temperature": 0.0 if greedy else params.temperature,
             "top_p": params.top_p,
-            "samplers": ["temperature"] if greedy else ["temperature", "top_p"],
+            "top_k": params.top_k,
+            "min_p": params.min_p,
+            # its penalties take the prompt too, as vLLM's repetition penalty does
+            "repeat_penalty": params.repetition_penalty,
+            "repeat_last_n": len(prompt) + max(1, params.max_tokens),
+            "frequency_penalty": 0.0,
+            "presence_penalty": 0.0,
+            "logit_bias": [[t, b] for t, b in params.logit_bias],
+            "samplers": samplers,
             "stream": True,
             "return_tokens": True,
             "cache_prompt": params.cache_salt is None,

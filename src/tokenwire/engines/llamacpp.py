@@ -329,14 +329,17 @@ class LlamaCppEngine:
 
     # -- the prefix cache --------------------------------------------------------------------
 
-    def _live(self, but: _Seq | None = None) -> dict[int, list[int]]:
-        """slot -> the ids in its cells, for every running sequence (except `but`)."""
-        return {s.slot: s.kv for s in self._active if s is not but and s.kv}
+    def _live(self, seq: _Seq, *, but: _Seq | None = None) -> dict[int, list[int]]:
+        """slot -> the ids in its cells, for every running sequence `seq` may reuse (one with
+        its cache salt, except `but`)."""
+        salt = seq.params.cache_salt
+        return {s.slot: s.kv for s in self._active
+                if s is not but and s.kv and s.params.cache_salt == salt}
 
     def _place(self, seq: _Seq) -> None:
         """Give `seq` a slot and as much of its prompt's KV as some slot already holds; or make
         it follow a running sequence that is prefilling the same prompt."""
-        place = self._slots.take(seq.prompt, self._live())
+        place = self._slots.take(seq.prompt, self._live(seq), seq.params.cache_salt)
         seq.slot = place.slot
         reuse = self._prefix_cache and not seq.scores
         limit = len(seq.prompt) - 1  # the last prompt id is always fed: its logits come next
@@ -344,7 +347,7 @@ class LlamaCppEngine:
         shared = min(place.shared, limit) if reuse else 0
         leader, lead = None, 0
         for other in self._active if reuse else ():
-            if other.leader is None:
+            if other.leader is None and other.params.cache_salt == seq.params.cache_salt:
                 n = min(common_prefix(other.prompt, seq.prompt), limit)
                 if n > lead and other.n_fed < n:
                     leader, lead = other, n
@@ -364,7 +367,8 @@ class LlamaCppEngine:
         if not leader.done:
             self._reuse(seq, leader.slot, seq.lead)
             return
-        source, shared = self._slots.best_source(seq.prompt, self._live(but=seq))
+        source, shared = self._slots.best_source(seq.prompt, self._live(seq, but=seq),
+                                                 seq.params.cache_salt)
         self._copy_prefix(seq, source, min(shared, len(seq.prompt) - 1))
 
     def _copy_prefix(self, seq: _Seq, source: int, shared: int) -> None:
@@ -400,6 +404,11 @@ class LlamaCppEngine:
                 frequency_penalty=p.frequency_penalty,
                 window=p.max_tokens,
                 grammar=p.grammar,
+                top_k=p.top_k,
+                min_p=p.min_p,
+                repetition_penalty=p.repetition_penalty,
+                prompt=seq.prompt,
+                logit_bias=p.logit_bias,
             )
         except GrammarError as exc:  # serving builds the grammars: a bug, not the client's
             self._release(seq, keep=False)
@@ -422,7 +431,7 @@ class LlamaCppEngine:
         if seq.slot >= 0:
             if not (keep and seq.kv):
                 self.llama.forget(seq.slot)
-            self._slots.release(seq.slot, seq.kv if keep else None)
+            self._slots.release(seq.slot, seq.kv if keep else None, seq.params.cache_salt)
             seq.slot = -1
 
     def _step(self, llama: LlamaModel, batch: Batch) -> None:
@@ -489,10 +498,11 @@ class LlamaCppEngine:
 
     def _sample(self, llama: LlamaModel, seq: _Seq) -> None:
         assert seq.sampler is not None
+        lp = llama.logprobs(seq.batch_index) if seq.params.logprobs is not None else None
+        if seq.n_out < seq.params.min_tokens:
+            llama.ban(seq.batch_index, seq.stops)  # after the raw logprobs were read
         token = seq.sampler.sample(llama, seq.batch_index)
-        ev = TokenEvent(token)
-        if seq.params.logprobs is not None:
-            ev = _scored(llama.logprobs(seq.batch_index), token, seq.params.logprobs)
+        ev = TokenEvent(token) if lp is None else _scored(lp, token, seq.params.logprobs or 0)
         seq.n_out += 1
         finished: FinishEvent | None = None
         if token in seq.stops:

@@ -97,7 +97,10 @@ class OpenAITextEngine(UpstreamEngine):
                 "logprobs need the ids the model sampled; this server's upstream returns text "
                 "only", param="logprobs")
         for name, value in (("stop_token_ids", params.stop_token_ids),
-                            ("ignore_eos", params.ignore_eos)):
+                            ("ignore_eos", params.ignore_eos), ("top_k", params.top_k),
+                            ("min_p", params.min_p), ("min_tokens", params.min_tokens),
+                            ("repetition_penalty", params.repetition_penalty != 1.0),
+                            ("logit_bias", params.logit_bias)):
             if value:
                 raise UnsupportedParameterError(
                     f"{name!r} has no field in the text API of this model's upstream",

@@ -11,6 +11,10 @@ Two rules, then a guard:
 - when that replica is much busier than the least busy one, the least busy takes the request,
   as SGLang's cache-aware router does: affinity must not pile a workload onto one replica.
 
+A request's `cache_salt` is part of what its prompt is keyed by, so tenants never share a
+remembered prefix (their engines' caches do not share one either), and a `prompt_cache_key`
+(OpenAI's) replaces the prefix as the rendezvous key: requests naming one key go together.
+
 Remembered prompts are counted by the digest of their last full block of `block` ids, so a new
 prompt tries only the lengths that end in one of its own blocks (at most `block` of them), each
 an exact lookup of its prefix's digest: the cost does not grow with what is remembered. The
@@ -31,8 +35,10 @@ _NO_BLOCK = b""
 """The index of prompts shorter than one block."""
 
 
-def _bytes(prompt: Sequence[int]) -> bytes:
-    return array("q", prompt).tobytes()
+def _bytes(prompt: Sequence[int], salt: str | None = None) -> bytes:
+    """The ids as bytes, after a salt's digest (16 bytes: two ids' room) when there is one."""
+    data = array("q", prompt).tobytes()
+    return data if salt is None else _hash(b"salt\0" + salt.encode()) + data
 
 
 def _hash(data: bytes) -> bytes:
@@ -70,14 +76,18 @@ class PrefixRouter:
         """last block's digest -> how many remembered prompts end in that block"""
 
     def order(self, prompt: Sequence[int], healthy: Sequence[bool],
-              in_flight: Sequence[int]) -> list[int]:
+              in_flight: Sequence[int], *, salt: str | None = None,
+              cache_key: str | None = None) -> list[int]:
         """The healthy replicas to try for `prompt`, best first."""
         up = [i for i in range(self._n) if healthy[i]]
         if not up:
             return []
-        data = _bytes(prompt)
+        data = _bytes(prompt, salt)
         digests = _block_digests(data, self._block)
-        if len(digests) >= self._lead_blocks:
+        if cache_key is not None:
+            tenant = data[:16] if salt is not None else b""
+            key = _hash(tenant + b"key\0" + cache_key.encode())
+        elif len(digests) >= self._lead_blocks:
             key = digests[self._lead_blocks - 1]
         else:  # shorter than the lead: all of it (a short shared start must not group them)
             key = _hash(data)
@@ -106,9 +116,9 @@ class PrefixRouter:
                     return found[2]
         return None
 
-    def record(self, prompt: Sequence[int], replica: int) -> None:
+    def record(self, prompt: Sequence[int], replica: int, *, salt: str | None = None) -> None:
         """`replica` now holds `prompt` (it was admitted there)."""
-        data = _bytes(prompt)
+        data = _bytes(prompt, salt)
         whole = _hash(data)
         digests = _block_digests(data, self._block)
         blk = digests[-1] if digests else _NO_BLOCK
@@ -117,7 +127,7 @@ class PrefixRouter:
             self._prompts.move_to_end(whole)
         if old is None:
             self._ending_in[blk] += 1
-        self._prompts[whole] = (blk, len(prompt), replica)
+        self._prompts[whole] = (blk, len(data) // 8, replica)
         while len(self._prompts) > self._memory:
             _, (gone_blk, _, _) = self._prompts.popitem(last=False)
             self._ending_in[gone_blk] -= 1

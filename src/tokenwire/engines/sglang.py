@@ -132,18 +132,26 @@ class SGLangEngine(UpstreamEngine):
             "max_new_tokens": max(1, params.max_tokens),
             "temperature": params.temperature,
             "top_p": params.top_p,
-            "top_k": -1,
-            "min_p": 0.0,
+            "top_k": params.top_k or -1,
+            "min_p": params.min_p,
             "presence_penalty": params.presence_penalty,
             "frequency_penalty": params.frequency_penalty,
             "repetition_penalty": 1.0,
-            "min_new_tokens": 0,
+            "min_new_tokens": params.min_tokens,
             "stop_token_ids": sorted(params.stops(self.info.eog_ids)),
             "ignore_eos": params.ignore_eos,
             "skip_special_tokens": False,
             "no_stop_trim": True,
             "n": 1,
         }
+        if params.repetition_penalty != 1.0:
+            # penaltylib/repetition_penalty.py: SGLang's counts the output only, vLLM's (the
+            # field's meaning here) the prompt too
+            raise UnsupportedParameterError(
+                "SGLang's repetition penalty counts only the output, not the prompt as "
+                "vLLM's does", param="repetition_penalty")
+        if params.logit_bias:
+            sampling["logit_bias"] = {str(t): b for t, b in params.logit_bias}
         if params.ignore_eos and params.stop_token_ids:
             # SGLang's token-based finish returns early under ignore_eos: stop ids would not stop
             raise UnsupportedParameterError(

@@ -576,7 +576,8 @@ class UpstreamEngine:
         check_prompt(prompt, self.info)
         reps = self._replicas
         order = self._router.order(prompt, [r.healthy for r in reps],
-                                   [r.in_flight for r in reps])
+                                   [r.in_flight for r in reps], salt=params.cache_salt,
+                                   cache_key=params.cache_key)
         failures: list[_Failover] = []
         for i in order:
             r = reps[i]
@@ -585,7 +586,7 @@ class UpstreamEngine:
             except _Failover as exc:
                 failures.append(exc)
                 continue
-            self._router.record(prompt, i)
+            self._router.record(prompt, i, salt=params.cache_salt)
             r.served += 1
             return stream
         if failures and all(f.rate_limited for f in failures):

@@ -41,8 +41,6 @@ __all__ = ["VllmEngine"]
 GENERATE = "/inference/v1/generate"
 COMPLETIONS = "/v1/completions"
 
-_NEUTRAL = {"top_k": -1, "min_p": 0.0, "repetition_penalty": 1.0, "min_tokens": 0}
-"""Sent explicitly: /v1/completions fills omitted ones from the model's generation config."""
 
 
 def _id(entry: dict[str, Any]) -> int | None:
@@ -160,8 +158,15 @@ class VllmEngine(UpstreamEngine):
             "stop_token_ids": sorted(params.stops(self.info.eog_ids)),
             "ignore_eos": params.ignore_eos,
             "skip_special_tokens": False,
-            **_NEUTRAL,
+            # sent even when off: /v1/completions fills omitted ones from the model's
+            # generation config; -1 is "off" in every vLLM release (0 only in newer ones)
+            "top_k": params.top_k or -1,
+            "min_p": params.min_p,
+            "repetition_penalty": params.repetition_penalty,
+            "min_tokens": params.min_tokens,
         }
+        if params.logit_bias:
+            sampling["logit_bias"] = {str(t): b for t, b in params.logit_bias}
         if params.seed is not None:
             sampling["seed"] = params.seed
         if params.logprobs is not None:

@@ -8,6 +8,7 @@ from pydantic import BeforeValidator, Discriminator, Field, Tag
 
 from ._base import RequestModel, ResponseModel
 from .common import PromptLogprob, ResponseWarning, StreamOptions, TokenId, TokenLogprob, Usage
+from .sampling import VllmSamplingFields
 from .tools import (
     DeltaToolCall,
     ResponseFormat,
@@ -114,7 +115,7 @@ def _no_int_as_bool(v: Any) -> Any:
 TokenFormat = Annotated[Literal[False, True, "only"], BeforeValidator(_no_int_as_bool)]
 
 
-class ChatCompletionRequest(RequestModel):
+class ChatCompletionRequest(VllmSamplingFields):
     model: str
     messages: list[ChatMessage]
     tokenizer_version: str | None = None
@@ -151,13 +152,35 @@ class ChatCompletionRequest(RequestModel):
     """vLLM dialect: each prompt token's logprob and the k most likely tokens there."""
     return_tokens_as_token_ids: bool = False
     """vLLM dialect: logprob `token` strings spelled `token_id:<id>`."""
-    # accepted and ignored, as OpenAI's own API does for most callers
+    logit_bias: dict[str, float] | None = None
+    """OpenAI's: an id (as a decimal string) -> a bias from -100 to 100 added to its logit."""
+    # vLLM's chat fields (its sampling fields come from `VllmSamplingFields`)
+    chat_template_kwargs: dict[str, Any] | None = None
+    """Extra variables for the model's chat template (e.g. `enable_thinking`)."""
+    add_generation_prompt: bool = True
+    """Append the template's assistant header, so the model writes a new message."""
+    continue_final_message: bool = False
+    """The prompt ends inside the last message (no end of turn), so the model continues it;
+    needs `add_generation_prompt: false`, as vLLM."""
+    echo: bool = False
+    """With a last message from the assistant: the response's content starts with its text."""
+    include_reasoning: bool = True
+    add_special_tokens: bool | None = None
+    documents: list[dict[str, str]] | None = None
+    chat_template: str | None = None
+    # accepted and ignored: they cannot change the output
     user: str | None = None
+    safety_identifier: str | None = None
     metadata: dict[str, str] | None = None
     store: bool | None = None
     service_tier: str | None = None
+    prompt_cache_key: str | None = None
+    """OpenAI's cache routing hint: requests with the same key go to the same replica."""
+    prompt_cache_retention: str | None = None
+    prompt_cache_options: dict[str, Any] | None = None
     # OpenAI fields tokenwire does not implement: a non-neutral value is refused by name
-    logit_bias: dict[str, Any] | None = None
+    verbosity: Literal["low", "medium", "high"] | None = None
+    moderation: dict[str, Any] | None = None
     functions: list[Any] | None = None
     function_call: Any = None
     modalities: list[str] | None = None
@@ -168,7 +191,12 @@ class ChatCompletionRequest(RequestModel):
 
     unsupported: ClassVar[dict[str, tuple[Any, ...]]] = {
         # field -> values that mean "feature off"
-        "logit_bias": (None, {}),
+        **VllmSamplingFields.unsupported,
+        "add_special_tokens": (None, False),
+        "documents": (None, []),
+        "chat_template": (None,),
+        "verbosity": (None, "medium"),
+        "moderation": (None,),
         "functions": (None, []),
         "function_call": (None, "none", "auto"),
         "modalities": (None, ["text"]),

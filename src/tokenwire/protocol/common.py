@@ -31,6 +31,12 @@ TokenId = Annotated[StrictInt, Field(ge=0)]
 class StreamOptions(RequestModel):
     include_usage: bool = False
     """Send a last chunk with `choices: []` and the request's `usage`."""
+    continuous_usage_stats: bool = False
+    """vLLM's: with `include_usage`, every chunk also carries the usage so far (its choice's
+    completion tokens)."""
+    include_obfuscation: bool | None = None
+    """OpenAI's stream padding against length side channels: accepted, none is added (it
+    cannot change the output)."""
 
 
 class ResponseWarning(ResponseModel):

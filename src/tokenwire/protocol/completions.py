@@ -6,8 +6,9 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BeforeValidator, Discriminator, Field, Tag
 
-from ._base import RequestModel, ResponseModel
+from ._base import ResponseModel
 from .common import ResponseWarning, StreamOptions, TokenId, Usage
+from .sampling import VllmSamplingFields
 
 __all__ = [
     "Completion",
@@ -51,7 +52,7 @@ def _listify(v: Any) -> Any:
     return [v] if isinstance(v, str) else v
 
 
-class CompletionRequest(RequestModel):
+class CompletionRequest(VllmSamplingFields):
     model: str
     prompt: Prompt
     """One choice set per prompt; token prompts need `tokenizer_version`."""
@@ -74,15 +75,25 @@ class CompletionRequest(RequestModel):
     seed: int | None = None
     presence_penalty: Annotated[float, Field(ge=-2, le=2)] = 0.0
     frequency_penalty: Annotated[float, Field(ge=-2, le=2)] = 0.0
+    logit_bias: dict[str, float] | None = None
+    """OpenAI's: an id (as a decimal string) -> a bias from -100 to 100 added to its logit."""
+    prompt_logprobs: Annotated[int, Field(ge=0, le=20)] | None = None
+    """vLLM's: each prompt token's logprob and the k most likely there (non-streaming), as
+    `choices[i].prompt_logprobs`."""
+    return_tokens_as_token_ids: bool = False
+    """vLLM's: logprob `tokens` spelled `token_id:<id>`."""
+    add_special_tokens: bool | None = None
     user: str | None = None
     # OpenAI fields tokenwire does not implement: a non-neutral value is refused by name
     suffix: str | None = None
     best_of: int | None = None
-    logit_bias: dict[str, Any] | None = None
 
     unsupported: ClassVar[dict[str, tuple[Any, ...]]] = {
+        **VllmSamplingFields.unsupported,
         "suffix": (None, ""),
-        "logit_bias": (None, {}),
+        "prompt_logprobs": (None,),
+        "return_tokens_as_token_ids": (False,),
+        "add_special_tokens": (None, True),
     }
 
 

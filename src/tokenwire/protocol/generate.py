@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BeforeValidator, Field
+from pydantic import BeforeValidator, Field, StrictInt
 
 from ._base import RequestModel, ResponseModel
 from .common import ResponseWarning, TokenId, Usage
@@ -93,12 +93,14 @@ class GenerateSamplingParams(RequestModel):
     flat_logprobs: bool = False
     routed_experts_prompt_start: int = 0
     extra_args: dict[str, Any] | None = None
-    # vLLM features tokenwire does not implement: refused unless neutral
-    top_k: int = 0
-    min_p: float = 0.0
-    repetition_penalty: float = 1.0
-    min_tokens: int = 0
+    top_k: StrictInt = 0
+    """The k most likely ids only; 0 or -1 is off."""
+    min_p: Annotated[float, Field(ge=0, le=1)] = 0.0
+    repetition_penalty: Annotated[float, Field(gt=0)] = 1.0
+    """Counts the prompt and the output (vLLM's)."""
+    min_tokens: Annotated[int, Field(ge=0)] = 0
     logit_bias: dict[str, float] | None = None
+    # vLLM features tokenwire does not implement: refused unless neutral
     allowed_token_ids: list[int] | None = None
     bad_words: list[str] | None = None
     structured_outputs: StructuredOutputs | None = None
@@ -115,11 +117,6 @@ class GenerateSamplingParams(RequestModel):
     trace_decode_token_ids: list[int] | None = None
 
     unsupported: ClassVar[dict[str, tuple[Any, ...]]] = {
-        "top_k": (0, -1),
-        "min_p": (0.0,),
-        "repetition_penalty": (1.0,),
-        "min_tokens": (0,),
-        "logit_bias": (None, {}),
         "allowed_token_ids": (None,),
         "bad_words": (None, []),
         "guided_decoding": (None,),

@@ -39,12 +39,19 @@ from .messages import (
     message_id_spans,
     message_texts,
     render_messages,
+    template_variables,
     tool_texts,
 )
 from .output import Delta
 from .plan import GenerationService, Plan, check_engine_features
-from .sampling import choice_params, completion_budget
-from .tokens import check_id_range
+from .sampling import (
+    VllmParams,
+    choice_params,
+    completion_budget,
+    truncate_prompt,
+    vllm_params,
+)
+from .tokens import IdSpan, check_id_range
 from .toolformat import HERMES
 from .toolparser import CallPiece, ParsedDelta, ToolCallParser
 
@@ -57,10 +64,11 @@ class _Plan(Plan):
     conv: Conversation
     constraints: Constraints
     budget: int
-
-    @property
-    def prompt(self) -> list[int]:
-        return self.conv.ids
+    prompt: list[int]
+    """The rendered conversation, after `truncate_prompt_tokens`."""
+    extras: VllmParams
+    echo: str = ""
+    """`echo`: the text the response's content starts with."""
 
     def envelope(self) -> dict[str, Any]:
         env = super().envelope()
@@ -91,6 +99,11 @@ def _check_shape(req: ChatCompletionRequest, settings: Settings) -> None:
     if req.prompt_logprobs is not None and req.stream:
         raise InvalidRequestError("prompt_logprobs are returned by non-streaming requests",
                                   param="prompt_logprobs", code="invalid_value")
+    if req.continue_final_message and req.add_generation_prompt:
+        raise InvalidRequestError(
+            "continue_final_message needs add_generation_prompt false (the prompt cannot both "
+            "continue the last message and open a new one)", param="continue_final_message",
+            code="invalid_value")
     check_messages(req.messages)
     if len(req.messages) > settings.max_messages:
         raise InvalidRequestError(f"at most {settings.max_messages} messages per request",
@@ -127,14 +140,24 @@ class ChatService(GenerationService):
             raise UnsupportedParameterError(
                 "tool calls cannot be combined with tokenizer_fallback 'translate' (the ids "
                 "of each call piece would be re-encoded)", param="tokenizer_fallback")
-        check_id_range(spans, space.client.tokenizer)
+        check_id_range([*spans, IdSpan("stop_token_ids", req.stop_token_ids or [])],
+                       space.client.tokenizer)
+        if req.stop_token_ids and space.translate:
+            raise UnsupportedParameterError(
+                "stop_token_ids are the model's ids; they cannot be combined with "
+                "tokenizer_fallback 'translate'", param="stop_token_ids")
         warnings = self._guard.check_ids(spans, space.client.tokenizer)
         texts = [(f"messages[{i}].content", t)
                  for i, t in enumerate(message_texts(req.messages, space))]
         self._guard.check_texts([*texts, *tool_texts(req.tools or [], req.messages)],
                                 "messages")
         template = model.chat_template()
-        conv = render_messages(req.messages, space, template, tools=req.tools or [])
+        conv = render_messages(req.messages, space, template, tools=req.tools or [],
+                               add_generation_prompt=req.add_generation_prompt,
+                               continue_final=req.continue_final_message,
+                               variables=template_variables(req.chat_template_kwargs, template))
+        prompt = truncate_prompt(conv.ids, req.truncate_prompt_tokens, req.truncation_side,
+                                 max_model_len=model.max_model_len)
         check = req.check_drift if req.check_drift is not None else self._settings.check_drift
         if check:
             warnings = [*(warnings or []), *drift_warnings(req.messages, space, template)]
@@ -145,15 +168,25 @@ class ChatService(GenerationService):
                         "lazy grammar): calls the model writes are parsed, not enforced")]
         requested = req.max_completion_tokens or req.max_tokens
         budget = completion_budget(
-            prompt_len=len(conv.ids), max_model_len=model.max_model_len,
+            prompt_len=len(prompt), max_model_len=model.max_model_len,
             requested=requested, prompt_param="messages",
             limit_param="max_completion_tokens" if req.max_completion_tokens else "max_tokens",
             cap=self._settings.max_tokens_limit,
         )
+        extras = vllm_params(req, req.logit_bias, vocab_size=model.tokenizer.vocab_size,
+                             budget=budget, cache_salt=req.cache_salt,
+                             cache_key=req.prompt_cache_key)
+        if extras.logit_bias and space.translate:
+            raise UnsupportedParameterError(
+                "logit_bias names the model's ids; it cannot be combined with "
+                "tokenizer_fallback 'translate'", param="logit_bias")
+        echo = texts[-1][1] if req.echo and req.messages[-1].role == "assistant" else ""
         return _Plan(req=req, model=model, space=space, conv=conv, constraints=constraints,
-                     budget=budget, sent_ids=bool(spans),
+                     budget=budget, prompt=prompt, extras=extras, echo=echo,
+                     sent_ids=bool(spans),
                      shows_ids=bool(req.response_format_tokens) or req.return_token_ids,
-                     id=f"chatcmpl-{uuid.uuid4().hex}", warnings=warnings or None)
+                     id=f"chatcmpl-{req.request_id or uuid.uuid4().hex}",
+                     warnings=warnings or None)
 
     async def _start(self, plan: _Plan) -> AsyncGenerator[ChoiceUpdate, None]:
         req = plan.req
@@ -162,12 +195,15 @@ class ChatService(GenerationService):
             seed=req.seed, logprobs=(req.top_logprobs or 0) if req.logprobs else None,
             presence_penalty=req.presence_penalty, frequency_penalty=req.frequency_penalty,
             prompt_logprobs=req.prompt_logprobs, grammar=plan.constraints.grammar,
+            extras=plan.extras,
         )
         return await run_choices(plan.model.engine, [(plan.prompt, p) for p in params],
                                  plan.model.tokenizer, req.stop or (),
                                  token_aligned=plan.shows_ids,
                                  output_check=self._guard.output_check(),
-                                 timer=self._timer(plan))
+                                 timer=self._timer(plan),
+                                 include_stop=req.include_stop_str_in_output,
+                                 skip_special=bool(req.skip_special_tokens))
 
     # -- responses -----------------------------------------------------------------------------
 
@@ -187,6 +223,20 @@ class ChatService(GenerationService):
             sp["stop"] = req.stop
         if req.logprobs:
             sp["logprobs"] = req.top_logprobs or 0
+        if plan.prompt != plan.conv.ids:
+            raise UnsupportedParameterError(
+                "render shows where every message went; a truncated prompt loses that",
+                param="truncate_prompt_tokens")
+        x = plan.extras
+        for key, value, neutral in (
+                ("top_k", x.top_k, 0), ("min_p", x.min_p, 0.0),
+                ("repetition_penalty", x.repetition_penalty, 1.0),
+                ("min_tokens", x.min_tokens, 0), ("ignore_eos", x.ignore_eos, False),
+                ("stop_token_ids", sorted(x.stop_token_ids), []),
+                ("logit_bias", {str(t): b for t, b in x.logit_bias}, {}),
+                ("include_stop_str_in_output", req.include_stop_str_in_output, False)):
+            if value != neutral:
+                sp[key] = value
         grammar = plan.constraints.grammar
         if grammar is not None and not grammar.lazy:
             sp["structured_outputs"] = {"grammar": grammar.gbnf}
@@ -215,6 +265,8 @@ class ChatService(GenerationService):
                     name=c.name, arguments=c.arguments)) for c in parser.calls] or None
                 if calls and not text:
                     text = None
+            if plan.echo:
+                text = plan.echo + (text or "")
             choices.append(ChatChoice(
                 index=i,
                 message=ResponseMessage(
@@ -260,12 +312,22 @@ class ChatService(GenerationService):
         parsers = [plan.parser() for _ in range(req.n)]
         completion = 0
         cached: int | None = None
+        opts = req.stream_options
+        # vLLM's continuous usage: every chunk carries its choice's usage so far
+        so_far: list[int] | None = [0] * req.n \
+            if opts is not None and opts.include_usage and opts.continuous_usage_stats else None
+
+        def usage_of(index: int) -> Usage | None:
+            return Usage.of(len(plan.prompt), so_far[index]) if so_far is not None else None
+
         try:
             for i in range(req.n):
                 yield ChatCompletionChunk(
                     **env,
                     choices=[ChatChunkChoice(index=i, delta=ChatDelta(
-                        role="assistant", content=None if only else "", token_ids=no_ids))],
+                        role="assistant", content=None if only else plan.echo,
+                        token_ids=no_ids))],
+                    usage=usage_of(i),
                     prompt_token_ids=plan.prompt if i == 0 and req.return_token_ids
                     and not plan.space.translate else None,
                     warnings=plan.warnings if i == 0 else None,
@@ -281,9 +343,13 @@ class ChatService(GenerationService):
                     ids, text, events = parsed.ids, parsed.content, parsed.events
                     visible = bool(text or parsed.calls or (ids and delta_ids)
                                    or (events and req.logprobs))
+                if so_far is not None:
+                    so_far[u.index] = u.n_sampled if u.finish_reason is not None \
+                        else so_far[u.index] + len(u.delta.ids)
                 if visible:
                     out = plan.out_ids(ids, text)
-                    yield ChatCompletionChunk(**env, choices=[ChatChunkChoice(
+                    yield ChatCompletionChunk(**env, usage=usage_of(u.index),
+                                              choices=[ChatChunkChoice(
                         index=u.index,
                         delta=ChatDelta(
                             content=None if only or (parsed is not None and not text) else text,
@@ -300,7 +366,8 @@ class ChatService(GenerationService):
                     completion += u.n_sampled
                     if u.index == 0:
                         cached = u.cached_tokens
-                    yield ChatCompletionChunk(**env, choices=[ChatChunkChoice(
+                    yield ChatCompletionChunk(**env, usage=usage_of(u.index),
+                                              choices=[ChatChunkChoice(
                         index=u.index, delta=ChatDelta(token_ids=no_ids),
                         finish_reason=plan.finish_reason(u.finish_reason, parser),
                         stop_reason=u.stop_reason if plan.shows_ids else None,

@@ -30,7 +30,7 @@ from .checks import check_generation_request
 from .generation import ChoiceUpdate, run_choices
 from .logprobs import LegacyLogprobs
 from .plan import ANONYMOUS, Caller, GenerationService, Plan, check_engine_features
-from .sampling import choice_params, completion_budget
+from .sampling import choice_params, completion_budget, truncate_prompt, vllm_params
 from .tokens import IdSpan, check_id_range
 
 __all__ = ["CompletionService"]
@@ -87,7 +87,13 @@ class CompletionService(GenerationService):
                                       "request", param="prompt", code="invalid_value")
         spans = [IdSpan(param, p) for param, p in prompts if not isinstance(p, str)]
         space = self._space(model, req.tokenizer_version, req.tokenizer_fallback, bool(spans))
-        check_id_range(spans, space.client.tokenizer)
+        check_id_range([*spans, IdSpan("stop_token_ids", req.stop_token_ids or [])],
+                       space.client.tokenizer)
+        if (req.stop_token_ids or req.logit_bias) and space.translate:
+            raise UnsupportedParameterError(
+                "stop_token_ids and logit_bias name the model's ids; they cannot be combined "
+                "with tokenizer_fallback 'translate'",
+                param="stop_token_ids" if req.stop_token_ids else "logit_bias")
         # id prompts are raw: rendered by the client, template control ids included
         warnings = self._guard.check_ids(spans, space.client.tokenizer, raw_prompt=True,
                                          caller_key=caller.api_key)
@@ -110,10 +116,12 @@ class CompletionService(GenerationService):
             if not got:
                 raise InvalidRequestError("prompt must not be empty", param=param,
                                           code="invalid_value")
-            ids.append(got)
+            ids.append(truncate_prompt(got, req.truncate_prompt_tokens, req.truncation_side,
+                                       max_model_len=model.max_model_len))
         return _Plan(req=req, model=model, space=space, params=[p for p, _ in prompts],
                      prompts=ids, shows_ids=req.return_token_ids, sent_ids=bool(spans),
-                     id=f"cmpl-{uuid.uuid4().hex}", warnings=warnings or None)
+                     id=f"cmpl-{req.request_id or uuid.uuid4().hex}",
+                     warnings=warnings or None)
 
     async def _start(self, plan: _Plan) -> AsyncGenerator[ChoiceUpdate, None]:
         req = plan.req
@@ -125,16 +133,21 @@ class CompletionService(GenerationService):
                 requested=req.max_tokens, prompt_param=param, limit_param="max_tokens",
                 cap=self._settings.max_tokens_limit,
             )
+            extras = vllm_params(req, req.logit_bias,
+                                 vocab_size=plan.model.tokenizer.vocab_size, budget=budget,
+                                 cache_salt=req.cache_salt)
             for p in choice_params(
                 n=req.n, max_tokens=budget, temperature=req.temperature, top_p=req.top_p,
                 seed=req.seed, logprobs=req.logprobs, presence_penalty=req.presence_penalty,
-                frequency_penalty=req.frequency_penalty, prompt_logprobs=score,
+                frequency_penalty=req.frequency_penalty, prompt_logprobs=score, extras=extras,
             ):
                 jobs.append((prompt, p))
         return await run_choices(plan.model.engine, jobs, plan.model.tokenizer,
                                  req.stop or (), token_aligned=req.return_token_ids,
                                  output_check=self._guard.output_check(),
-                                 timer=self._timer(plan))
+                                 timer=self._timer(plan),
+                                 include_stop=req.include_stop_str_in_output,
+                                 skip_special=bool(req.skip_special_tokens))
 
     def _prompt_events(self, plan: _Plan, choice: int,
                        scored: tuple[TokenEvent, ...]) -> list[TokenEvent]:
@@ -183,11 +196,19 @@ class CompletionService(GenerationService):
         lps = [LegacyLogprobs(tok) for _ in range(n_choices)]
         ids_on = req.return_token_ids
 
+        warned = [False]  # the warnings ride on the stream's first chunk, whichever it is
+        opts = req.stream_options
+        so_far: list[int] | None = [0] * n_choices \
+            if opts is not None and opts.include_usage and opts.continuous_usage_stats else None
+
         def chunk(c: int, text: str, *, logprobs: CompletionLogprobs | None = None,
                   ids: list[int] | None = None, first: bool = False,
                   finish: str | None = None, stop_reason: int | str | None = None,
                   ) -> CompletionChunk:
-            return CompletionChunk(**env, warnings=plan.warnings if first else None,
+            warnings, warned[0] = (None if warned[0] else plan.warnings), True
+            return CompletionChunk(**env, warnings=warnings,
+                                   usage=Usage.of(len(plan.prompt_of(c)), so_far[c])
+                                   if so_far is not None else None,
                                    choices=[CompletionChoice(
                 text=text, index=c, logprobs=logprobs,
                 finish_reason=finish,
@@ -209,6 +230,9 @@ class CompletionService(GenerationService):
                                     first=True)
                 async for u in updates:
                     c = u.index
+                    if so_far is not None:
+                        so_far[c] = u.n_sampled if u.finish_reason is not None \
+                            else so_far[c] + len(u.delta.ids)
                     if u.prompt_logprobs is not None and scored_echo:
                         events = self._prompt_events(plan, c, u.prompt_logprobs)
                         yield chunk(c, plan.echo_text(c), logprobs=lps[c].take(events), ids=[])

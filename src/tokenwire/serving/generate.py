@@ -38,7 +38,7 @@ from .grammar import json_grammar, schema_grammar, tags_grammar
 from .logprobs import MISSING_LOGPROB, prompt_logprob_rows
 from .models import ServedModel
 from .plan import ANONYMOUS, Caller, GenerationService, Plan, check_engine_features
-from .sampling import choice_params, completion_budget
+from .sampling import choice_params, completion_budget, vllm_params
 from .tokens import IdSpan, check_id_range, resolve_token_space
 
 __all__ = ["GenerateService"]
@@ -202,8 +202,10 @@ class GenerateService(GenerationService):
             seed=None if sp.seed == -1 else sp.seed,  # vLLM: -1 is no seed
             logprobs=sp.logprobs, presence_penalty=sp.presence_penalty,
             frequency_penalty=sp.frequency_penalty, prompt_logprobs=sp.prompt_logprobs,
-            stop_token_ids=frozenset(sp.stop_token_ids or ()), ignore_eos=sp.ignore_eos,
-            cache_salt=plan.req.cache_salt, grammar=plan.grammar)
+            grammar=plan.grammar,
+            extras=vllm_params(sp, sp.logit_bias, vocab_size=plan.model.tokenizer.vocab_size,
+                               budget=budget, cache_salt=plan.req.cache_salt,
+                               prefix="sampling_params."))
         return await run_choices(plan.model.engine, [(plan.prompt, p) for p in params],
                                  plan.model.tokenizer, sp.stop or (), token_aligned=True,
                                  keep_stop_token=True, output_check=self._guard.output_check(),

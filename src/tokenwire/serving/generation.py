@@ -145,6 +145,7 @@ async def run_choices(engine: Engine, jobs: Sequence[tuple[Sequence[int], Sampli
                       tokenizer: HFTokenizer, stop: Sequence[str], *,
                       token_aligned: bool, output_check: OutputCheck | None = None,
                       keep_stop_token: bool = False, timer: TokenTimer | None = None,
+                      include_stop: bool = False, skip_special: bool = False,
                       ) -> AsyncGenerator[ChoiceUpdate, None]:
     """One choice per (prompt, params) job; updates carry the job's index. With a `timer`,
     each choice's tokens are timed from now (admission and queueing included)."""
@@ -170,7 +171,8 @@ async def run_choices(engine: Engine, jobs: Sequence[tuple[Sequence[int], Sampli
         raise failed[0]  # type: ignore[misc]
     streams = [t.result() for t in tasks]
     decoders = [OutputDecoder(tokenizer, stop, token_aligned=token_aligned,
-                              keep_stop_token=keep_stop_token) for _ in streams]
+                              keep_stop_token=keep_stop_token, include_stop=include_stop,
+                              skip_special=skip_special) for _ in streams]
     return _merge(streams, decoders, output_check, clocks)
 
 

@@ -72,6 +72,10 @@ class LegacyLogprobs:
                 continue
             top = [TopTokenLogprob(id=t, token=token_text(tok, t), logprob=lp)
                    for t, lp in ev.top_logprobs]
+            if all(t.id != ev.token_id for t in top):
+                # OpenAI's legacy shape holds the sampled token too: up to `logprobs` + 1
+                top.append(TopTokenLogprob(id=ev.token_id, token=out.tokens[-1],
+                                           logprob=ev.logprob))
             # string-keyed, as OpenAI's; the most likely id wins a shared spelling
             by_text: dict[str, float] = {}
             for t in top:

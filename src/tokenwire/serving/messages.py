@@ -16,12 +16,12 @@ from ..protocol.chat import ChatMessage, InputTokensBlock, TextBlock
 from ..protocol.common import ResponseWarning
 from ..protocol.render import MessageSpan
 from ..protocol.tools import Tool, ToolCall
-from .template import RESERVED, ChatTemplate, TemplateMessage
+from .template import RESERVED, RESERVED_VARIABLES, ChatTemplate, TemplateMessage
 from .tokens import IdSpan, TokenSpace
 from .toolformat import HERMES
 
 __all__ = ["Conversation", "check_messages", "check_tools", "drift_warnings", "message_id_spans",
-           "message_texts", "render_messages", "tool_texts"]
+           "message_texts", "render_messages", "template_variables", "tool_texts"]
 
 
 def check_messages(messages: Sequence[ChatMessage]) -> None:
@@ -135,12 +135,29 @@ def _template_call(c: ToolCall, param: str) -> dict[str, Any]:
     return {"id": c.id, "type": c.type, "function": {"name": c.function.name, "arguments": args}}
 
 
+def template_variables(kwargs: dict[str, Any] | None,
+                       template: ChatTemplate) -> dict[str, Any] | None:
+    """A request's `chat_template_kwargs` as template variables (checked like every client
+    string a template prints)."""
+    if not kwargs:
+        return None
+    for key in kwargs:
+        if key in RESERVED_VARIABLES:
+            raise InvalidRequestError(
+                f"{key!r} is set by the server; it cannot be a chat template variable",
+                param=f"chat_template_kwargs.{key}", code="invalid_value")
+    _check_client_text(kwargs, "chat_template_kwargs")
+    return {k: template.client_text(v) for k, v in kwargs.items()}
+
+
 def render_messages(messages: Sequence[ChatMessage], space: TokenSpace,
                     template: ChatTemplate, *, tools: Sequence[Tool] = (),
-                    add_generation_prompt: bool = True) -> Conversation:
+                    add_generation_prompt: bool = True, continue_final: bool = False,
+                    variables: dict[str, Any] | None = None) -> Conversation:
     """The conversation in the model's ids. A template that renders tools gets them (and each
     call) as variables, its client strings marked as text; any other gets the default tool
-    format (`toolformat.HERMES`), rendered here as content text."""
+    format (`toolformat.HERMES`), rendered here as content text. `continue_final`: the prompt
+    ends where the last message's ids end (no end of turn), so the model continues it."""
     enc = space.model.tokenizer.encode
     native = template.renders_tools
     out: list[TemplateMessage] = []
@@ -179,7 +196,17 @@ def render_messages(messages: Sequence[ChatMessage], space: TokenSpace,
         index.append(i)
     tool_vars = template.client_text(HERMES.template_tools(tools)) if tools and native \
         else None
-    r = template.render(out, add_generation_prompt=add_generation_prompt, tools=tool_vars)
+    r = template.render(out, add_generation_prompt=add_generation_prompt, tools=tool_vars,
+                        variables=variables)
+    if continue_final:
+        ends = [end for k, _, end in r.spans if index[k] == len(messages) - 1]
+        if not ends or not messages:
+            raise InvalidRequestError(
+                "continue_final_message needs a last message whose content the template "
+                "prints", param="continue_final_message", code="invalid_value")
+        cut = max(ends)
+        r.ids = r.ids[:cut]
+        r.spans = [(k, a, min(b, cut)) for k, a, b in r.spans if a < cut]
     sampled = [0] * len(r.ids)
     spans = []
     for k, start, end in r.spans:

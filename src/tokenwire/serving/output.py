@@ -36,12 +36,18 @@ class Delta:
 
 class OutputDecoder:
     def __init__(self, tokenizer: Tokenizer, stop: Sequence[str] = (), *,
-                 token_aligned: bool = True, keep_stop_token: bool = False):
+                 token_aligned: bool = True, keep_stop_token: bool = False,
+                 include_stop: bool = False, skip_special: bool = False):
         """`keep_stop_token`: on a stop string, keep the token that completed it (vLLM's rule
-        for `token_ids`, used by /inference/v1/generate, which returns ids only)."""
+        for `token_ids`, used by /inference/v1/generate, which returns ids only).
+        `include_stop`: that, and the text goes on to the stop string's end (vLLM's
+        `include_stop_str_in_output`). `skip_special`: control tokens add no text (their ids
+        still go out: the one place where the text is not the ids' text)."""
         self._tok = tokenizer
         self._aligned = token_aligned
-        self._keep = keep_stop_token
+        self._keep = keep_stop_token or include_stop
+        self._include = include_stop
+        self._skip = tokenizer.special_ids if skip_special else frozenset()
         self._stops = [s.encode() for s in stop if s]
         self._longest = max((len(s) for s in self._stops), default=0)
         self._held: list[TokenEvent] = []
@@ -54,10 +60,11 @@ class OutputDecoder:
         """Take one sampled token; returns what can be released now (maybe empty)."""
         if self.stop_string is not None:
             return Delta()
+        piece = b"" if ev.token_id in self._skip else self._tok.token_bytes(ev.token_id)
         if not self._stops:
-            return self._release([ev], [self._tok.token_bytes(ev.token_id)])
+            return self._release([ev], [piece])
         self._held.append(ev)
-        self._held_bytes.append(self._tok.token_bytes(ev.token_id))
+        self._held_bytes.append(piece)
         data = b"".join(self._held_bytes)
         hit = self._first_match(data)
         if hit is None:
@@ -69,8 +76,11 @@ class OutputDecoder:
         self.stop_string = stop.decode()
         # the match completes inside the token just pushed, the last one held
         n = len(self._held) if self._keep else self._count_before(at)
-        delta = self._release(self._held[:n], self._held_bytes[:n])
-        if not self._aligned:
+        if self._include and not self._aligned:  # the text ends with the stop string
+            delta = self._release(self._held, [data[:at + len(stop)]])
+        else:
+            delta = self._release(self._held[:n], self._held_bytes[:n])
+        if not self._aligned and not self._include:
             # the text of the straddling token that precedes the stop string (not its id)
             released = sum(len(b) for b in self._held_bytes[:n])
             delta.text += self._utf8.decode(data[released:at])

@@ -34,13 +34,16 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from ..errors import InvalidRequestError
 from ..tokenizers.hf import HFTokenizer
 
-__all__ = ["RESERVED", "ChatTemplate", "Rendered", "TemplateMessage"]
+__all__ = ["RESERVED", "RESERVED_VARIABLES", "ChatTemplate", "Rendered", "TemplateMessage"]
 
 _MARK = "\ue000tw{}\ue001"  # private-use characters: no template produces them
 _OPEN, _CLOSE = "\ue002", "\ue003"  # around client strings inside template variables
 _PIECE_RE = re.compile("\ue000tw(\\d+)\ue001|\ue002([^\ue003]*)\ue003")
 RESERVED = re.compile("[\ue000-\ue003]")
 """Characters a client string printed by a template may not hold (refused by serving)."""
+RESERVED_VARIABLES = frozenset({"messages", "tools", "add_generation_prompt", "bos_token",
+                                "eos_token", "raise_exception", "strftime_now"})
+"""Template variables serving sets itself (a request's `chat_template_kwargs` may not)."""
 
 
 def _tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None,
@@ -99,16 +102,18 @@ class ChatTemplate:
         self.renders_tools = re.search(r"\btools\b", source) is not None
 
     def render(self, messages: Sequence[TemplateMessage], *, add_generation_prompt: bool = True,
-               tools: list[Any] | None = None) -> Rendered:
+               tools: list[Any] | None = None, variables: dict[str, Any] | None = None,
+               ) -> Rendered:
         """The prompt ids of a conversation, ready for the engine; `tools`: `client_text`
-        definitions, for a template that `renders_tools`."""
+        definitions, for a template that `renders_tools`; `variables`: a request's
+        `chat_template_kwargs` (`client_text`, none of `RESERVED_VARIABLES`)."""
         marked: list[dict[str, Any]] = [
             {**m.extra, "role": m.role, "content": _MARK.format(i)}
             for i, m in enumerate(messages)
         ]
         extra = {"tools": tools} if tools else {}
         try:
-            text = self._template.render(messages=marked,
+            text = self._template.render(**(variables or {}), messages=marked,
                                          add_generation_prompt=add_generation_prompt,
                                          **self._vars, **extra)
         except TemplateError as exc:
