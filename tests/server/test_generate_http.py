@@ -73,6 +73,20 @@ async def test_stream_is_deltas_then_usage(client: httpx.AsyncClient, tok: HFTok
     assert all(e["choices"][0]["finish_reason"] is None for e in chunks[:-1])
 
 
+async def test_continuous_usage_counts_each_choice_so_far(client: httpx.AsyncClient,
+                                                          tok: HFTokenizer) -> None:
+    whole = (await generate(client, body(tok))).json()
+    r = await generate(client, {**body(tok), "stream": True, "stream_options": {
+        "include_usage": True, "continuous_usage_stats": True}})
+    *chunks, last = events(r)
+    sent = [len(e["choices"][0]["token_ids"]) for e in chunks]
+    counts = [e["usage"]["completion_tokens"] for e in chunks]
+    assert counts[:-1] == [sum(sent[:i + 1]) for i in range(len(sent) - 1)]
+    assert counts[-1] == last["usage"]["completion_tokens"] == \
+        whole["usage"]["completion_tokens"]
+    assert all(e["usage"]["prompt_tokens"] == whole["usage"]["prompt_tokens"] for e in chunks)
+
+
 async def test_stop_ids_and_strings_end_as_vllm_ends_them(client: httpx.AsyncClient,
                                                           tok: HFTokenizer,
                                                           fake_engine: FakeEngine) -> None:
@@ -125,9 +139,6 @@ async def test_n_choices(client: httpx.AsyncClient, tok: HFTokenizer) -> None:
      "invalid_token_id", "sampling_params.stop_token_ids[0]"),
     ({"token_ids": [1] * 2048, "sampling_params": {"max_tokens": 9}}, 400,
      "context_length_exceeded", "token_ids"),
-    ({"token_ids": [1], "sampling_params": {}, "stream": True,
-      "stream_options": {"continuous_usage_stats": True}}, 400, "unsupported_parameter",
-     "stream_options.continuous_usage_stats"),
     ({"token_ids": [1], "sampling_params": {"prompt_logprobs": 1}, "stream": True}, 400,
      "invalid_value", "sampling_params.prompt_logprobs"),
     ({"token_ids": [1], "sampling_params": {}, "model": "gpt-4o"}, 404, "model_not_found",

@@ -152,11 +152,6 @@ class GenerateService(GenerationService):
         if sp.n > self._settings.max_n:
             raise InvalidRequestError(f"n must be at most {self._settings.max_n}",
                                       param="sampling_params.n", code="invalid_value")
-        opts = req.stream_options
-        if opts is not None and opts.continuous_usage_stats:
-            raise UnsupportedParameterError(
-                "'stream_options.continuous_usage_stats' is not supported by this server",
-                param="stream_options.continuous_usage_stats")
         if req.stream_options is not None and not req.stream:
             raise InvalidRequestError("stream_options is only allowed when stream is true",
                                       param="stream_options", code="invalid_value")
@@ -271,6 +266,10 @@ class GenerateService(GenerationService):
         first = self._first(plan)
         completion = 0
         cached: int | None = None
+        opts = plan.req.stream_options
+        # vLLM's continuous usage: each event carries its choice's usage so far
+        so_far = [0] * plan.req.sampling_params.n \
+            if opts is not None and opts.include_usage and opts.continuous_usage_stats else None
         try:
             async for u in updates:
                 if not u.delta and u.finish_reason is None:
@@ -283,7 +282,12 @@ class GenerateService(GenerationService):
                     cached = u.cached_tokens
                 choice = self._choice(plan, u.index, u.delta.ids, u.delta.events,
                                       u.finish_reason, u.stop_reason, u.stop_event)
-                yield GenerateStreamResponse(**env, **first, choices=[choice])
+                usage = None
+                if so_far is not None:
+                    so_far[u.index] = u.n_sampled if u.finish_reason is not None \
+                        else so_far[u.index] + len(u.delta.ids)
+                    usage = Usage.of(len(plan.prompt), so_far[u.index])
+                yield GenerateStreamResponse(**env, **first, choices=[choice], usage=usage)
                 first = {}
         finally:
             await updates.aclose()
