@@ -33,7 +33,7 @@ def _serve(args: argparse.Namespace) -> int:
         "served_model_name": args.served_model_name, "max_model_len": args.max_model_len,
         "n_parallel": args.n_parallel, "engine": args.engine, "upstream": args.upstream,
         "tokenizer": args.tokenizer, "upstream_model": args.upstream_model,
-        "prefix_cache": args.prefix_cache,
+        "prefix_cache": args.prefix_cache, "default_max_tokens": args.default_max_tokens,
     }.items() if v is not None}
     try:
         settings = Settings(**overrides)
@@ -179,6 +179,9 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--served-model-name")
     s.add_argument("--max-model-len", type=int)
     s.add_argument("--n-parallel", type=int)
+    s.add_argument("--default-max-tokens", type=int,
+                   help="most tokens a request without max_tokens samples (default 2048; 0: "
+                   "all the room its prompt leaves)")
     s.add_argument("--no-prefix-cache", dest="prefix_cache", action="store_const", const=False,
                    help="prefill every prompt in full (llama.cpp's logprobs depend on how a "
                    "prompt reached the KV cache; see docs/engines.md)")

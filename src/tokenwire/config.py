@@ -172,6 +172,10 @@ class Settings(BaseSettings):
     max_tokens_limit: int | None = Field(
         None, ge=1, description="Cap on max_tokens; default: the context."
     )
+    default_max_tokens: int = Field(
+        2048, ge=0, description="Most tokens a chat or completions request without max_tokens "
+        "samples (within the room its prompt leaves); 0: all that room, as vLLM."
+    )
 
     @model_validator(mode="after")
     def _batch_fits(self) -> Settings:

@@ -8,6 +8,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.conftest import serve_in_process
 from tests.fakes import MODEL, FakeEngine, other_tokenizer
 from tokenwire.tokenizers.hf import HFTokenizer
 from tokenwire.tokenizers.registry import TokenizerRegistry
@@ -391,3 +392,36 @@ async def test_models_endpoint(client: httpx.AsyncClient, tok: HFTokenizer) -> N
     assert card["max_model_len"] == 2048
     assert (await client.get(f"/v1/models/{MODEL}")).json() == card
     assert (await client.get("/v1/models/other")).json()["error"]["code"] == "model_not_found"
+
+
+@pytest.mark.engine
+async def test_a_request_without_a_limit_stops_at_the_default(engine, make_app) -> None:  # type: ignore[no-untyped-def]
+    """TOKENWIRE_DEFAULT_MAX_TOKENS bounds a request that names no limit (the real model asked
+    for a long answer runs into it); a named limit still wins, and it never causes a context
+    error by itself."""
+    ask = [{"role": "user", "content": "Write a long story about a dragon."}]
+    app = make_app(engine, default_max_tokens=5)
+    # no lifespan: the engine is shared by the session (shutting the app down would close it)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                 base_url="http://t") as c:
+        data = (await c.post("/v1/chat/completions", json=body(
+            messages=ask, temperature=0))).json()
+        assert data["choices"][0]["finish_reason"] == "length"
+        assert data["usage"]["completion_tokens"] == 5
+        named = (await c.post("/v1/chat/completions", json=body(
+            messages=ask, temperature=0, max_tokens=7))).json()
+        assert named["usage"]["completion_tokens"] == 7
+        legacy = (await c.post("/v1/completions", json={
+            "model": MODEL, "prompt": "Once upon a time", "max_tokens": None,
+            "temperature": 0})).json()
+        assert legacy["usage"]["completion_tokens"] == 5
+
+
+
+async def test_the_default_limit_is_bounded_by_the_room_the_prompt_leaves(  # type: ignore[no-untyped-def]
+        make_app, fake_engine: FakeEngine) -> None:
+    async with serve_in_process(make_app(default_max_tokens=5000)) as c:
+        r = await c.post("/v1/chat/completions", json=body())
+        assert r.status_code == 200  # 5000 > the 2048 context: the room bounds it instead
+    [prompt], [params] = fake_engine.prompts, fake_engine.params
+    assert params.max_tokens == 2048 - len(prompt)

@@ -172,6 +172,7 @@ class ChatService(GenerationService):
             requested=requested, prompt_param="messages",
             limit_param="max_completion_tokens" if req.max_completion_tokens else "max_tokens",
             cap=self._settings.max_tokens_limit,
+            default=self._settings.default_max_tokens,
         )
         extras = vllm_params(req, req.logit_bias, vocab_size=model.tokenizer.vocab_size,
                              budget=budget, cache_salt=req.cache_salt,

@@ -132,6 +132,7 @@ class CompletionService(GenerationService):
                 prompt_len=len(prompt), max_model_len=plan.model.max_model_len,
                 requested=req.max_tokens, prompt_param=param, limit_param="max_tokens",
                 cap=self._settings.max_tokens_limit,
+                default=self._settings.default_max_tokens,
             )
             extras = vllm_params(req, req.logit_bias,
                                  vocab_size=plan.model.tokenizer.vocab_size, budget=budget,

@@ -31,9 +31,10 @@ def _seed32(seed: int) -> int:
 
 
 def completion_budget(*, prompt_len: int, max_model_len: int, requested: int | None,
-                      prompt_param: str, limit_param: str, cap: int | None = None) -> int:
-    """How many tokens may be sampled: `requested`, or all the room the prompt leaves (within
-    the server's `cap`)."""
+                      prompt_param: str, limit_param: str, cap: int | None = None,
+                      default: int | None = None) -> int:
+    """How many tokens may be sampled: `requested`, or else `default` or all the room the
+    prompt leaves, whichever is less (and within the server's `cap`)."""
     if cap is not None and requested is not None and requested > cap:
         raise InvalidRequestError(f"{limit_param} must be at most {cap} on this server",
                                   param=limit_param, code="invalid_value")
@@ -46,7 +47,7 @@ def completion_budget(*, prompt_len: int, max_model_len: int, requested: int | N
                 "completion. Please reduce the length of the prompt.",
                 param=prompt_param,
             )
-        return room if cap is None else min(room, cap)
+        return min([room, *(c for c in (cap, default) if c)])
     if requested > room:
         raise ContextLengthExceededError(
             f"This model's maximum context length is {max_model_len} tokens. However, you "
