@@ -107,6 +107,11 @@ class ModelCard(ResponseModel):
     object: Literal["model"] = "model"
     created: int
     owned_by: str = "tokenwire"
+    root: str | None = None
+    """vLLM's: what the model was loaded from (the engine's own name for it: the GGUF's model
+    name, or the upstream's served model)."""
+    parent: str | None = None
+    """vLLM's: the base model of an adapter (None: this is a base model)."""
     tokenizer_version: str
     """The full id of the tokenizer version this model reads and writes."""
     max_model_len: int

@@ -17,6 +17,7 @@ __all__ = [
     "TokenizeRequest",
     "TokenizeResponse",
     "TokenizerInfo",
+    "TokenizerConfig",
     "TokenizerList",
 ]
 
@@ -90,3 +91,25 @@ class TokenizerInfo(ResponseModel):
 class TokenizerList(ResponseModel):
     object: Literal["list"] = "list"
     data: list[TokenizerInfo]
+
+
+class TokenizerConfig(ResponseModel):
+    """vLLM's `GET /tokenizer_info`: the tokenizer's `tokenizer_config.json` (Hugging Face's
+    keys), plus where its exact, versioned artifact is."""
+
+    tokenizer_class: str = "PreTrainedTokenizerFast"
+    """The class `transformers` loads the artifact with."""
+    bos_token: str | None
+    eos_token: str | None
+    add_bos_token: bool
+    add_eos_token: bool = False
+    model_max_length: int
+    added_tokens_decoder: dict[str, SpecialToken]
+    """id -> control token, as `tokenizer_config.json` spells its added tokens."""
+    chat_template: str | None
+    tokenizer_version: str
+    """The full version id: the ids of every response of this model belong to it."""
+    artifact_url: str
+    """The `tokenizer.json` of that version (immutable under its full id)."""
+    sha256: str
+    template_version: str | None

@@ -18,7 +18,7 @@ from .errors import render_error
 
 __all__ = ["API_KEY_STATE", "ApiKeyAuth", "BodyLimit", "RequestMetrics"]
 
-OPEN_PATHS = frozenset({"/health"})
+OPEN_PATHS = frozenset({"/health", "/ping"})  # probes (vLLM's /ping is SageMaker's)
 API_KEY_STATE = "api_key"
 """`request.state.api_key`: the key a request was authenticated with."""
 
@@ -63,7 +63,7 @@ class RequestMetrics:
 
 
 class ApiKeyAuth:
-    """`Authorization: Bearer <key>` on every route but /health, when keys are configured."""
+    """`Authorization: Bearer <key>` on every route but the probes, when keys are configured."""
 
     def __init__(self, app: ASGIApp, keys: list[str]):
         self.app = app

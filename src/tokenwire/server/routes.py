@@ -12,6 +12,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from .. import __version__
 from ..metrics import CONTENT_TYPE, Metrics
 from ..protocol.chat import ChatCompletionRequest
 from ..protocol.common import ModelCard, ModelList
@@ -58,8 +59,9 @@ async def _unless_disconnected(request: Request, work: Awaitable[T]) -> T:
 
 
 def _card(m: ServedModel) -> ModelCard:
-    return ModelCard(id=m.id, created=m.created, tokenizer_version=m.tokenizer_version,
-                     max_model_len=m.max_model_len, template_version=m.template_version)
+    return ModelCard(id=m.id, created=m.created, root=m.engine.info.model,
+                     tokenizer_version=m.tokenizer_version, max_model_len=m.max_model_len,
+                     template_version=m.template_version)
 
 
 async def list_models(request: Request) -> Response:
@@ -179,6 +181,24 @@ async def health(request: Request) -> Response:
     return JSONResponse(body, status_code=200 if ok else 503)
 
 
+async def ping(request: Request) -> Response:
+    """vLLM's (SageMaker's) health probe: the same answer as /health."""
+    return await health(request)
+
+
+async def version(request: Request) -> Response:
+    return JSONResponse({"version": __version__})
+
+
+async def tokenizer_info(request: Request) -> Response:
+    """vLLM's `/tokenizer_info` (its only model's; here `?model=` picks one of several)."""
+    models: ModelRegistry = request.app.state.models
+    name = request.query_params.get("model")
+    model = models.get(name, param="model") if name else models.only()
+    service: TokenizeService = request.app.state.tokenize
+    return ModelResponse(service.config(model))
+
+
 async def metrics(request: Request) -> Response:
     """Prometheus' text format; the engines' queues are read now."""
     m: Metrics = request.app.state.metrics
@@ -187,6 +207,9 @@ async def metrics(request: Request) -> Response:
 
 routes = [
     Route("/health", health, methods=["GET"]),
+    Route("/ping", ping, methods=["GET", "POST"]),
+    Route("/version", version, methods=["GET"]),
+    Route("/tokenizer_info", tokenizer_info, methods=["GET"]),
     Route("/metrics", metrics, methods=["GET"]),
     Route("/v1/models", list_models, methods=["GET"]),
     Route("/v1/models/{model:path}", get_model, methods=["GET"]),

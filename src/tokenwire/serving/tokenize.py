@@ -12,6 +12,7 @@ from ..protocol.tokenize import (
     DetokenizeRequest,
     DetokenizeResponse,
     SpecialToken,
+    TokenizerConfig,
     TokenizeRequest,
     TokenizeResponse,
     TokenizerInfo,
@@ -132,6 +133,22 @@ class TokenizeService:
             sha256=entry.sha256, artifact_url=f"/v1/tokenizers/{entry.version}/tokenizer.json",
             models=sorted(entry.models),
         )
+
+    def config(self, model: ServedModel) -> TokenizerConfig:
+        """vLLM's `/tokenizer_info` of a model's tokenizer version."""
+        entry = model.tokenizer_entry
+        tok = entry.tokenizer
+        text = tok.token_bytes
+        return TokenizerConfig(
+            bos_token=text(entry.bos_id).decode() if entry.bos_id is not None else None,
+            eos_token=text(entry.eos_id).decode() if entry.eos_id is not None else None,
+            add_bos_token=entry.add_bos, model_max_length=model.max_model_len,
+            added_tokens_decoder={str(i): SpecialToken(id=i, content=c)
+                                  for c, i in tok.special_tokens.items()},
+            chat_template=model.template.source if model.template is not None else None,
+            tokenizer_version=entry.version, sha256=entry.sha256,
+            artifact_url=f"/v1/tokenizers/{entry.version}/tokenizer.json",
+            template_version=model.template_version)
 
     def list(self) -> list[TokenizerInfo]:
         return [self.info(e) for e in self._tokenizers.entries()]
