@@ -29,7 +29,7 @@ from ..protocol.render import RenderResponse
 from ..protocol.tools import DeltaFunction, DeltaToolCall, ResponseFunction, ResponseToolCall
 from .checks import check_generation_request
 from .constraints import Constraints, resolve_constraints
-from .generation import ChoiceUpdate, run_choices
+from .generation import ChoiceUpdate, RunningUsage, run_choices
 from .logprobs import chat_logprobs, prompt_logprobs
 from .messages import (
     Conversation,
@@ -313,14 +313,7 @@ class ChatService(GenerationService):
         parsers = [plan.parser() for _ in range(req.n)]
         completion = 0
         cached: int | None = None
-        opts = req.stream_options
-        # vLLM's continuous usage: every chunk carries its choice's usage so far
-        so_far: list[int] | None = [0] * req.n \
-            if opts is not None and opts.include_usage and opts.continuous_usage_stats else None
-
-        def usage_of(index: int) -> Usage | None:
-            return Usage.of(len(plan.prompt), so_far[index]) if so_far is not None else None
-
+        running = RunningUsage([len(plan.prompt)] * req.n, req.stream_options)
         try:
             for i in range(req.n):
                 yield ChatCompletionChunk(
@@ -328,7 +321,7 @@ class ChatService(GenerationService):
                     choices=[ChatChunkChoice(index=i, delta=ChatDelta(
                         role="assistant", content=None if only else plan.echo,
                         token_ids=no_ids))],
-                    usage=usage_of(i),
+                    usage=running.of(i),
                     prompt_token_ids=plan.prompt if i == 0 and req.return_token_ids
                     and not plan.space.translate else None,
                     warnings=plan.warnings if i == 0 else None,
@@ -344,12 +337,10 @@ class ChatService(GenerationService):
                     ids, text, events = parsed.ids, parsed.content, parsed.events
                     visible = bool(text or parsed.calls or (ids and delta_ids)
                                    or (events and req.logprobs))
-                if so_far is not None:
-                    so_far[u.index] = u.n_sampled if u.finish_reason is not None \
-                        else so_far[u.index] + len(u.delta.ids)
+                running.add(u)
                 if visible:
                     out = plan.out_ids(ids, text)
-                    yield ChatCompletionChunk(**env, usage=usage_of(u.index),
+                    yield ChatCompletionChunk(**env, usage=running.of(u.index),
                                               choices=[ChatChunkChoice(
                         index=u.index,
                         delta=ChatDelta(
@@ -367,7 +358,7 @@ class ChatService(GenerationService):
                     completion += u.n_sampled
                     if u.index == 0:
                         cached = u.cached_tokens
-                    yield ChatCompletionChunk(**env, usage=usage_of(u.index),
+                    yield ChatCompletionChunk(**env, usage=running.of(u.index),
                                               choices=[ChatChunkChoice(
                         index=u.index, delta=ChatDelta(token_ids=no_ids),
                         finish_reason=plan.finish_reason(u.finish_reason, parser),

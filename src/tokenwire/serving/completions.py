@@ -27,7 +27,7 @@ from ..protocol.completions import (
     CompletionRequest,
 )
 from .checks import check_generation_request
-from .generation import ChoiceUpdate, run_choices
+from .generation import ChoiceUpdate, RunningUsage, run_choices
 from .logprobs import LegacyLogprobs
 from .plan import ANONYMOUS, Caller, GenerationService, Plan, check_engine_features
 from .sampling import choice_params, completion_budget, truncate_prompt, vllm_params
@@ -198,9 +198,8 @@ class CompletionService(GenerationService):
         ids_on = req.return_token_ids
 
         warned = [False]  # the warnings ride on the stream's first chunk, whichever it is
-        opts = req.stream_options
-        so_far: list[int] | None = [0] * n_choices \
-            if opts is not None and opts.include_usage and opts.continuous_usage_stats else None
+        running = RunningUsage([len(plan.prompt_of(c)) for c in range(n_choices)],
+                               req.stream_options)
 
         def chunk(c: int, text: str, *, logprobs: CompletionLogprobs | None = None,
                   ids: list[int] | None = None, first: bool = False,
@@ -208,8 +207,7 @@ class CompletionService(GenerationService):
                   ) -> CompletionChunk:
             warnings, warned[0] = (None if warned[0] else plan.warnings), True
             return CompletionChunk(**env, warnings=warnings,
-                                   usage=Usage.of(len(plan.prompt_of(c)), so_far[c])
-                                   if so_far is not None else None,
+                                   usage=running.of(c),
                                    choices=[CompletionChoice(
                 text=text, index=c, logprobs=logprobs,
                 finish_reason=finish,
@@ -231,9 +229,7 @@ class CompletionService(GenerationService):
                                     first=True)
                 async for u in updates:
                     c = u.index
-                    if so_far is not None:
-                        so_far[c] = u.n_sampled if u.finish_reason is not None \
-                            else so_far[c] + len(u.delta.ids)
+                    running.add(u)
                     if u.prompt_logprobs is not None and scored_echo:
                         events = self._prompt_events(plan, c, u.prompt_logprobs)
                         yield chunk(c, plan.echo_text(c), logprobs=lps[c].take(events), ids=[])

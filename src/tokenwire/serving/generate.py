@@ -33,7 +33,7 @@ from ..protocol.generate import (
     GenerateStreamResponse,
     StructuredOutputs,
 )
-from .generation import ChoiceUpdate, run_choices
+from .generation import ChoiceUpdate, RunningUsage, run_choices
 from .grammar import json_grammar, schema_grammar, tags_grammar
 from .logprobs import MISSING_LOGPROB, prompt_logprob_rows
 from .models import ServedModel
@@ -266,10 +266,8 @@ class GenerateService(GenerationService):
         first = self._first(plan)
         completion = 0
         cached: int | None = None
-        opts = plan.req.stream_options
-        # vLLM's continuous usage: each event carries its choice's usage so far
-        so_far = [0] * plan.req.sampling_params.n \
-            if opts is not None and opts.include_usage and opts.continuous_usage_stats else None
+        running = RunningUsage([len(plan.prompt)] * plan.req.sampling_params.n,
+                               plan.req.stream_options)
         try:
             async for u in updates:
                 if not u.delta and u.finish_reason is None:
@@ -282,12 +280,9 @@ class GenerateService(GenerationService):
                     cached = u.cached_tokens
                 choice = self._choice(plan, u.index, u.delta.ids, u.delta.events,
                                       u.finish_reason, u.stop_reason, u.stop_event)
-                usage = None
-                if so_far is not None:
-                    so_far[u.index] = u.n_sampled if u.finish_reason is not None \
-                        else so_far[u.index] + len(u.delta.ids)
-                    usage = Usage.of(len(plan.prompt), so_far[u.index])
-                yield GenerateStreamResponse(**env, **first, choices=[choice], usage=usage)
+                running.add(u)
+                yield GenerateStreamResponse(**env, **first, choices=[choice],
+                                             usage=running.of(u.index))
                 first = {}
         finally:
             await updates.aclose()

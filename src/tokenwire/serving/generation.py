@@ -22,10 +22,12 @@ from ..engines.base import (
 )
 from ..errors import InvalidRequestError, ServiceUnavailableError
 from ..metrics import TokenClock, TokenTimer
+from ..protocol.common import StreamOptions, Usage
+from ..protocol.generate import GenerateStreamOptions
 from ..tokenizers.hf import HFTokenizer
 from .output import Delta, OutputDecoder
 
-__all__ = ["ChoiceResult", "ChoiceUpdate", "collect", "run_choices"]
+__all__ = ["ChoiceResult", "ChoiceUpdate", "RunningUsage", "collect", "run_choices"]
 
 
 @dataclass
@@ -75,6 +77,28 @@ class ChoiceResult:
             self.stop_event = u.stop_event
             self.n_sampled = u.n_sampled
             self.cached_tokens = u.cached_tokens
+
+
+class RunningUsage:
+    """vLLM's `stream_options.continuous_usage_stats`: each choice's usage so far, for every
+    chunk to carry (`of` is None unless the request asked for it)."""
+
+    def __init__(self, prompt_lens: Sequence[int],
+                 options: StreamOptions | GenerateStreamOptions | None):
+        on = options is not None and bool(options.include_usage) \
+            and bool(options.continuous_usage_stats)
+        self._prompts = prompt_lens
+        self._sampled = [0] * len(prompt_lens) if on else None
+
+    def add(self, u: ChoiceUpdate) -> None:
+        if self._sampled is not None:
+            self._sampled[u.index] = u.n_sampled if u.finish_reason is not None \
+                else self._sampled[u.index] + len(u.delta.ids)
+
+    def of(self, index: int) -> Usage | None:
+        if self._sampled is None:
+            return None
+        return Usage.of(self._prompts[index], self._sampled[index])
 
 
 async def collect(updates: AsyncGenerator[ChoiceUpdate, None], n: int) -> list[ChoiceResult]:
