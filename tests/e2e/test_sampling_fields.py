@@ -183,6 +183,13 @@ def test_min_tokens_holds_off_the_end(client: openai.OpenAI) -> None:
     n = chat(client, messages=msgs, max_tokens=60).usage.completion_tokens
     r = chat(client, messages=msgs, max_tokens=60, min_tokens=n + 5)
     assert r.usage.completion_tokens >= n + 5
+    # nor does a stop string end it early: the first min_tokens tokens' text is not matched
+    words = chat(client, max_tokens=20).choices[0].message.content
+    early = chat(client, max_tokens=20, stop=[" "])
+    assert early.choices[0].message.content == words.split(" ")[0]
+    held = chat(client, max_tokens=20, stop=[" "], min_tokens=6, return_token_ids=True)
+    assert len(held.choices[0].token_ids) >= 6  # type: ignore[attr-defined]
+    assert words.startswith(held.choices[0].message.content)
 
 
 @pytest.mark.skipif(TEST_UPSTREAM != "llama-server", reason="the llama-server gateway only")

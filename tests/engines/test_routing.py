@@ -136,6 +136,18 @@ def test_a_prompt_cache_key_groups_requests_and_a_salt_keeps_tenants_apart() -> 
     assert len({router.order(p, up, idle, cache_key="tenant-7/agent")[0]
                 for p in prompts}) == 1
     assert len({router.order(p, up, idle)[0] for p in prompts}) > 1
+    # remembered turns of other keys (or of none) do not pull a keyed request away
+    home = router.order(prompts[0], up, idle, cache_key="k")[0]
+    elsewhere = (home + 1) % 4
+    router.record(prompts[0], elsewhere)
+    router.record(prompts[0], elsewhere, cache_key="other")
+    assert router.order(prompts[0] + [5], up, idle, cache_key="k")[0] == home
+    router.record(prompts[0], home, cache_key="k")
+    assert router.order(prompts[0] + [5], up, idle, cache_key="k")[0] == home
+    # the load guard still applies: a much busier home gives way
+    busy = [0] * 4
+    busy[home] = 20
+    assert router.order(prompts[1], up, busy, cache_key="k")[0] != home
     # a conversation's next turn follows it only within its salt
     turn1 = prompts[0]
     turn2 = turn1 + [1, 2, 3]

@@ -183,3 +183,17 @@ async def test_a_stream_carries_its_warnings_whatever_it_shows(make_app,  # type
                       if line.startswith("data: {")]
             assert chunks[0]["warnings"][0]["code"] == "non_canonical_tokens", extra
             assert all("warnings" not in c for c in chunks[1:])
+
+
+async def test_truncate_minus_one_leaves_room_for_the_completion(
+        client: httpx.AsyncClient, tok: HFTokenizer, fake_engine: FakeEngine) -> None:
+    """vLLM's -1: as many prompt tokens as leave the completion's room (the fake context is
+    2048); a prompt longer than the context then runs instead of failing."""
+    long = tok.encode("word " * 3000)
+    data = (await post(client, body(prompt=long, tokenizer_version=tok.version, max_tokens=16,
+                                    truncate_prompt_tokens=-1))).json()
+    assert data["usage"]["prompt_tokens"] == 2048 - 16
+    assert fake_engine.prompts[-1] == long[-(2048 - 16):]
+    r = await post(client, body(prompt=long, tokenizer_version=tok.version, max_tokens=16,
+                                truncate_prompt_tokens=2040))
+    assert r.status_code == 400 and r.json()["error"]["param"] == "truncate_prompt_tokens"

@@ -53,7 +53,9 @@ async def test_tokenizer_info_points_at_the_versioned_artifact(
     info = (await client.get("/tokenizer_info")).json()
     assert info["tokenizer_class"] == "PreTrainedTokenizerFast"  # vLLM's one required key
     assert info["tokenizer_version"] == tok.version and info["model_max_length"] == 2048
-    assert info["added_tokens_decoder"]["1"] == {"id": 1, "content": "<|im_start|>"}
+    assert info["added_tokens_decoder"]["1"] == {  # Hugging Face's keys, from the artifact
+        "content": "<|im_start|>", "lstrip": False, "normalized": False, "rstrip": False,
+        "single_word": False, "special": True}
     assert info["eos_token"] == "<|im_end|>" and "<|im_start|>" in info["chat_template"]
     art = await client.get(info["artifact_url"])
     assert hashlib.sha256(art.content).hexdigest() == info["sha256"] == tok.sha256

@@ -123,7 +123,9 @@ def test_included_stop_strings_end_the_text(tok: HFTokenizer, text: str,
             continue
         end = min(found)[0]
         assert dec.stop_string is not None and ids[:len(out_ids)] == out_ids
-        assert len(tok.decode(out_ids).encode()) >= len(text[:end].encode())
+        # the ids run through the token that completed the stop string, not one further
+        assert len(tok.decode_bytes(out_ids)) >= len(text[:end].encode())
+        assert len(tok.decode_bytes(out_ids[:-1])) < len(text[:end].encode())
         if aligned:
             assert out_text == tok.decode(out_ids)
         else:
@@ -136,3 +138,14 @@ def test_skipped_control_tokens_add_no_text(tok: HFTokenizer) -> None:
     _, kept = joined(run(OutputDecoder(tok), ids))
     out_ids, skipped = joined(run(OutputDecoder(tok, skip_special=True), ids))
     assert kept == "a<|im_start|> b<|im_end|>" and skipped == "a b" and out_ids == ids
+
+
+def test_no_stop_string_ends_the_output_before_min_tokens(tok: HFTokenizer) -> None:
+    """vLLM's rule: the first `min_tokens` tokens' text is never matched."""
+    ids = tok.encode("a, b, c, d")
+    early = joined(run(OutputDecoder(tok, [","], token_aligned=False), ids))[1]
+    assert early == "a"
+    held = OutputDecoder(tok, [","], token_aligned=False, min_tokens=3)
+    out_ids, text = joined(run(held, ids))
+    assert held.stop_string == "," and len(out_ids) >= 3
+    assert text == "a, b" and ids[:len(out_ids)] == out_ids

@@ -117,8 +117,9 @@ class SamplingParams:
     """Constrained decoding (tool calls, `response_format`); engines that cannot are refused
     before admission (`EngineInfo.supports_grammar`)."""
     cache_salt: str | None = None
-    """Isolates prefix-cache reuse between tenants: passed to vLLM and SGLang; llama-server,
-    which cannot salt, does not reuse its cache for a salted request."""
+    """Isolates prefix-cache reuse between tenants: the embedded engine's and a gateway's
+    routing; passed to vLLM and SGLang; llama-server, which cannot salt, does not reuse its
+    cache for a salted request (one way only)."""
     cache_key: str | None = None
     """OpenAI's `prompt_cache_key`: a gateway sends requests with one key to one replica."""
 

@@ -21,7 +21,8 @@ against that server built from them (docs/engines.md). Its conventions, translat
 For output identical to the embedded engine, run both with the same flash-attention mode and
 threads (llama.cpp's defaults on both sides: `auto`, all cores): llama.cpp's CPU flash attention
 changes the numerics. llama-server cannot salt its prompt cache: a request with `cache_salt`
-does not reuse it (`cache_prompt: false`), so tenants never share cached prefixes.
+does not reuse it (`cache_prompt: false`); what it leaves cached, a later unsalted request may
+still reuse (one-way isolation, docs/engines.md).
 """
 
 from __future__ import annotations

@@ -11,9 +11,10 @@ Two rules, then a guard:
 - when that replica is much busier than the least busy one, the least busy takes the request,
   as SGLang's cache-aware router does: affinity must not pile a workload onto one replica.
 
-A request's `cache_salt` is part of what its prompt is keyed by, so tenants never share a
-remembered prefix (their engines' caches do not share one either), and a `prompt_cache_key`
-(OpenAI's) replaces the prefix as the rendezvous key: requests naming one key go together.
+A request's `cache_salt` and OpenAI's `prompt_cache_key` are part of what its prompt is keyed
+by: tenants never share a remembered prefix (their engines' caches do not share one either),
+and the key replaces the leading ids as the rendezvous key, so requests naming one key go to
+one replica (the load guard aside) and only follow turns remembered under that key.
 
 Remembered prompts are counted by the digest of their last full block of `block` ids, so a new
 prompt tries only the lengths that end in one of its own blocks (at most `block` of them), each
@@ -35,10 +36,14 @@ _NO_BLOCK = b""
 """The index of prompts shorter than one block."""
 
 
-def _bytes(prompt: Sequence[int], salt: str | None = None) -> bytes:
-    """The ids as bytes, after a salt's digest (16 bytes: two ids' room) when there is one."""
-    data = array("q", prompt).tobytes()
-    return data if salt is None else _hash(b"salt\0" + salt.encode()) + data
+def _scope(salt: str | None, key: str | None) -> bytes:
+    """The digests (16 bytes each: two ids' room) of a request's salt and key, if any."""
+    return b"".join(_hash(tag + value.encode()) for tag, value in (
+        (b"salt\0", salt), (b"key\0", key)) if value is not None)
+
+
+def _bytes(prompt: Sequence[int], scope: bytes = b"") -> bytes:
+    return scope + array("q", prompt).tobytes()
 
 
 def _hash(data: bytes) -> bytes:
@@ -82,11 +87,11 @@ class PrefixRouter:
         up = [i for i in range(self._n) if healthy[i]]
         if not up:
             return []
-        data = _bytes(prompt, salt)
+        scope = _scope(salt, cache_key)
+        data = _bytes(prompt, scope)
         digests = _block_digests(data, self._block)
         if cache_key is not None:
-            tenant = data[:16] if salt is not None else b""
-            key = _hash(tenant + b"key\0" + cache_key.encode())
+            key = _hash(scope)
         elif len(digests) >= self._lead_blocks:
             key = digests[self._lead_blocks - 1]
         else:  # shorter than the lead: all of it (a short shared start must not group them)
@@ -116,9 +121,10 @@ class PrefixRouter:
                     return found[2]
         return None
 
-    def record(self, prompt: Sequence[int], replica: int, *, salt: str | None = None) -> None:
+    def record(self, prompt: Sequence[int], replica: int, *, salt: str | None = None,
+               cache_key: str | None = None) -> None:
         """`replica` now holds `prompt` (it was admitted there)."""
-        data = _bytes(prompt, salt)
+        data = _bytes(prompt, _scope(salt, cache_key))
         whole = _hash(data)
         digests = _block_digests(data, self._block)
         blk = digests[-1] if digests else _NO_BLOCK

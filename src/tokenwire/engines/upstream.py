@@ -586,7 +586,7 @@ class UpstreamEngine:
             except _Failover as exc:
                 failures.append(exc)
                 continue
-            self._router.record(prompt, i, salt=params.cache_salt)
+            self._router.record(prompt, i, salt=params.cache_salt, cache_key=params.cache_key)
             r.served += 1
             return stream
         if failures and all(f.rate_limited for f in failures):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from ._base import RequestModel, ResponseModel
 from .chat import ChatMessage
@@ -104,8 +104,9 @@ class TokenizerConfig(ResponseModel):
     add_bos_token: bool
     add_eos_token: bool = False
     model_max_length: int
-    added_tokens_decoder: dict[str, SpecialToken]
-    """id -> control token, as `tokenizer_config.json` spells its added tokens."""
+    added_tokens_decoder: dict[str, dict[str, Any]]
+    """id -> added token (`content`, `lstrip`, `rstrip`, `normalized`, `single_word`,
+    `special`), as `tokenizer_config.json` spells them: the artifact's own entries."""
     chat_template: str | None
     tokenizer_version: str
     """The full version id: the ids of every response of this model belong to it."""

@@ -156,8 +156,10 @@ class ChatService(GenerationService):
                                add_generation_prompt=req.add_generation_prompt,
                                continue_final=req.continue_final_message,
                                variables=template_variables(req.chat_template_kwargs, template))
+        requested = req.max_completion_tokens or req.max_tokens
         prompt = truncate_prompt(conv.ids, req.truncate_prompt_tokens, req.truncation_side,
-                                 max_model_len=model.max_model_len)
+                                 max_model_len=model.max_model_len,
+                                 reserve=requested or self._settings.default_max_tokens)
         check = req.check_drift if req.check_drift is not None else self._settings.check_drift
         if check:
             warnings = [*(warnings or []), *drift_warnings(req.messages, space, template)]
@@ -166,7 +168,6 @@ class ChatService(GenerationService):
                 code="tool_calls_unconstrained", param="tool_choice",
                 message=f"model {model.id!r} cannot constrain tool calls (its engine has no "
                         "lazy grammar): calls the model writes are parsed, not enforced")]
-        requested = req.max_completion_tokens or req.max_tokens
         budget = completion_budget(
             prompt_len=len(prompt), max_model_len=model.max_model_len,
             requested=requested, prompt_param="messages",
@@ -204,7 +205,10 @@ class ChatService(GenerationService):
                                  output_check=self._guard.output_check(),
                                  timer=self._timer(plan),
                                  include_stop=req.include_stop_str_in_output,
-                                 skip_special=bool(req.skip_special_tokens))
+                                 # tool calls are parsed from the text: their tags stay in it
+                                 skip_special=bool(req.skip_special_tokens)
+                                 and not plan.constraints.parse_tools,
+                                 min_tokens=plan.extras.min_tokens)
 
     # -- responses -----------------------------------------------------------------------------
 

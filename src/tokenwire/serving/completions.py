@@ -116,8 +116,10 @@ class CompletionService(GenerationService):
             if not got:
                 raise InvalidRequestError("prompt must not be empty", param=param,
                                           code="invalid_value")
+            reserve = req.max_tokens if req.max_tokens is not None \
+                else self._settings.default_max_tokens
             ids.append(truncate_prompt(got, req.truncate_prompt_tokens, req.truncation_side,
-                                       max_model_len=model.max_model_len))
+                                       max_model_len=model.max_model_len, reserve=reserve))
         return _Plan(req=req, model=model, space=space, params=[p for p, _ in prompts],
                      prompts=ids, shows_ids=req.return_token_ids, sent_ids=bool(spans),
                      id=f"cmpl-{req.request_id or uuid.uuid4().hex}",
@@ -148,7 +150,8 @@ class CompletionService(GenerationService):
                                  output_check=self._guard.output_check(),
                                  timer=self._timer(plan),
                                  include_stop=req.include_stop_str_in_output,
-                                 skip_special=bool(req.skip_special_tokens))
+                                 skip_special=bool(req.skip_special_tokens),
+                                 min_tokens=req.min_tokens)
 
     def _prompt_events(self, plan: _Plan, choice: int,
                        scored: tuple[TokenEvent, ...]) -> list[TokenEvent]:

@@ -203,7 +203,8 @@ class GenerateService(GenerationService):
                                prefix="sampling_params."))
         return await run_choices(plan.model.engine, [(plan.prompt, p) for p in params],
                                  plan.model.tokenizer, sp.stop or (), token_aligned=True,
-                                 keep_stop_token=True, output_check=self._guard.output_check(),
+                                 keep_stop_token=True, min_tokens=sp.min_tokens,
+                                 output_check=self._guard.output_check(),
                                  timer=self._timer(plan))
 
     def _choice(self, plan: _Plan, index: int, ids: list[int], events: list[TokenEvent],

@@ -170,6 +170,7 @@ async def run_choices(engine: Engine, jobs: Sequence[tuple[Sequence[int], Sampli
                       token_aligned: bool, output_check: OutputCheck | None = None,
                       keep_stop_token: bool = False, timer: TokenTimer | None = None,
                       include_stop: bool = False, skip_special: bool = False,
+                      min_tokens: int = 0,
                       ) -> AsyncGenerator[ChoiceUpdate, None]:
     """One choice per (prompt, params) job; updates carry the job's index. With a `timer`,
     each choice's tokens are timed from now (admission and queueing included)."""
@@ -196,7 +197,8 @@ async def run_choices(engine: Engine, jobs: Sequence[tuple[Sequence[int], Sampli
     streams = [t.result() for t in tasks]
     decoders = [OutputDecoder(tokenizer, stop, token_aligned=token_aligned,
                               keep_stop_token=keep_stop_token, include_stop=include_stop,
-                              skip_special=skip_special) for _ in streams]
+                              skip_special=skip_special, min_tokens=min_tokens)
+                for _ in streams]
     return _merge(streams, decoders, output_check, clocks)
 
 

@@ -37,17 +37,21 @@ class Delta:
 class OutputDecoder:
     def __init__(self, tokenizer: Tokenizer, stop: Sequence[str] = (), *,
                  token_aligned: bool = True, keep_stop_token: bool = False,
-                 include_stop: bool = False, skip_special: bool = False):
+                 include_stop: bool = False, skip_special: bool = False,
+                 min_tokens: int = 0):
         """`keep_stop_token`: on a stop string, keep the token that completed it (vLLM's rule
         for `token_ids`, used by /inference/v1/generate, which returns ids only).
         `include_stop`: that, and the text goes on to the stop string's end (vLLM's
         `include_stop_str_in_output`). `skip_special`: control tokens add no text (their ids
-        still go out: the one place where the text is not the ids' text)."""
+        still go out: the one place where the text is not the ids' text). `min_tokens`: the
+        text of the first that many tokens is never matched against the stop strings (vLLM's
+        rule: no stop string ends the output before `min_tokens`)."""
         self._tok = tokenizer
         self._aligned = token_aligned
         self._keep = keep_stop_token or include_stop
         self._include = include_stop
         self._skip = tokenizer.special_ids if skip_special else frozenset()
+        self._unmatched = min_tokens  # tokens still to release without matching
         self._stops = [s.encode() for s in stop if s]
         self._longest = max((len(s) for s in self._stops), default=0)
         self._held: list[TokenEvent] = []
@@ -61,7 +65,8 @@ class OutputDecoder:
         if self.stop_string is not None:
             return Delta()
         piece = b"" if ev.token_id in self._skip else self._tok.token_bytes(ev.token_id)
-        if not self._stops:
+        if not self._stops or self._unmatched > 0:
+            self._unmatched -= 1
             return self._release([ev], [piece])
         self._held.append(ev)
         self._held_bytes.append(piece)

@@ -60,19 +60,19 @@ def completion_budget(*, prompt_len: int, max_model_len: int, requested: int | N
 
 
 def truncate_prompt(ids: list[int], keep: int | None, side: str | None, *,
-                    max_model_len: int) -> list[int]:
-    """vLLM's `truncate_prompt_tokens`: the last `keep` ids (the first, `side` "right"); -1
-    keeps as many as the context holds."""
+                    max_model_len: int, reserve: int) -> list[int]:
+    """vLLM's `truncate_prompt_tokens` (vllm/renderers/params.py): the last `keep` ids (the
+    first, `side` "right"); -1 keeps as many as leave `reserve` tokens (the completion's
+    limit) of room; more than that could never run."""
     if keep is None:
         return ids
-    if keep == 0:
-        raise InvalidRequestError("truncate_prompt_tokens must be -1 or at least 1",
-                                  param="truncate_prompt_tokens", code="invalid_value")
-    if keep > max_model_len:
+    most = max_model_len - max(reserve, 1)
+    if keep == 0 or keep > most:
         raise InvalidRequestError(
-            f"truncate_prompt_tokens ({keep}) must be at most the model's context "
-            f"({max_model_len})", param="truncate_prompt_tokens", code="invalid_value")
-    keep = max_model_len if keep == -1 else keep
+            f"truncate_prompt_tokens must be -1 or between 1 and {most} (the context, "
+            f"{max_model_len}, less the completion's {max(reserve, 1)})",
+            param="truncate_prompt_tokens", code="invalid_value")
+    keep = most if keep == -1 else keep
     if len(ids) <= keep:
         return ids
     return ids[:keep] if side == "right" else ids[len(ids) - keep:]

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import functools
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +27,14 @@ from .tokens import IdSpan, TokenSpace, check_id_range, resolve_token_space
 from .toolformat import template_version
 
 __all__ = ["Artifact", "TokenizeService"]
+
+
+@functools.lru_cache(maxsize=8)
+def _added_tokens(artifact: bytes) -> dict[str, dict[str, Any]]:
+    """`tokenizer_config.json`'s `added_tokens_decoder` from a tokenizer.json's `added_tokens`
+    (parsed once per artifact: it is megabytes of JSON)."""
+    return {str(t["id"]): {k: v for k, v in t.items() if k != "id"}
+            for t in json.loads(artifact).get("added_tokens", [])}
 
 
 @dataclass(frozen=True)
@@ -143,8 +153,7 @@ class TokenizeService:
             bos_token=text(entry.bos_id).decode() if entry.bos_id is not None else None,
             eos_token=text(entry.eos_id).decode() if entry.eos_id is not None else None,
             add_bos_token=entry.add_bos, model_max_length=model.max_model_len,
-            added_tokens_decoder={str(i): SpecialToken(id=i, content=c)
-                                  for c, i in tok.special_tokens.items()},
+            added_tokens_decoder=_added_tokens(tok.artifact),
             chat_template=model.template.source if model.template is not None else None,
             tokenizer_version=entry.version, sha256=entry.sha256,
             artifact_url=f"/v1/tokenizers/{entry.version}/tokenizer.json",
