@@ -202,7 +202,7 @@ class _Assembler:
         part.logprobs += lps
         if item.token_ids is not None:
             item.token_ids += ids
-        if text or (ids and self._ids):
+        if text or lps or (ids and self._ids):
             out.append(TextDeltaEvent(item_id=item.id, output_index=self._index(), delta=text,
                                       logprobs=lps, token_ids=ids if self._ids else None))
         return out
