@@ -293,7 +293,8 @@ class ResponsesService(GenerationService):
         try:
             plan = self._chat.plan(chat_req)
         except TokenwireError as exc:
-            raise pm.translate(exc) from None
+            pm.translate(exc)
+            raise
         plan.id = _new_id("resp")
         return plan, pm
 
@@ -301,7 +302,8 @@ class ResponsesService(GenerationService):
         try:
             return await self._chat._start(plan)
         except TokenwireError as exc:
-            raise pm.translate(exc) from None
+            pm.translate(exc)
+            raise
 
     def _assembler(self, req: ResponsesRequest, plan: ChatPlan) -> _Assembler:
         return _Assembler(req, plan, plan.parser())

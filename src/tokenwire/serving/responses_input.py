@@ -52,7 +52,7 @@ from ..protocol.tools import (
     ToolChoice,
 )
 
-__all__ = ["ParamMap", "to_chat_request"]
+__all__ = ["ParamMap", "check_request", "to_chat_request"]
 
 _KNOWN_INCLUDES = (LOGPROBS, OUTPUT_TOKEN_IDS, INPUT_TOKEN_IDS)
 
