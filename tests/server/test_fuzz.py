@@ -57,6 +57,43 @@ OPTIONS = st.fixed_dictionaries({}, optional={
     "tools": JSON, "suffix": JSON, "best_of": JSON, "add_generation_prompt": JSON,
     "return_token_strs": JSON, "add_special_tokens": JSON,
 })
+PART = st.one_of(
+    st.fixed_dictionaries({"type": st.sampled_from(["input_text", "output_text"]),
+                           "text": st.text(max_size=20)}),
+    st.fixed_dictionaries({"type": st.just("input_tokens"), "token_ids": IDS}), JSON)
+ITEM = st.one_of(
+    st.fixed_dictionaries(
+        {"role": st.sampled_from(["user", "system", "assistant", "developer", "tool"])},
+        optional={"type": st.just("message"), "token_ids": IDS, "id": st.text(max_size=5),
+                  "content": st.text(max_size=30) | st.lists(PART, max_size=3) | JSON}),
+    st.fixed_dictionaries({"type": st.just("function_call"), "call_id": st.text(max_size=5),
+                           "name": st.text(max_size=8), "arguments": st.text(max_size=20)},
+                          optional={"token_ids": IDS}),
+    st.fixed_dictionaries({"type": st.just("function_call_output"),
+                           "call_id": st.text(max_size=5)},
+                          optional={"output": st.text(max_size=20) | st.lists(PART, max_size=2)}),
+    JSON)
+RESPONSES_OPTIONS = st.fixed_dictionaries({}, optional={
+    "instructions": st.text(max_size=20) | JSON,
+    "include": st.lists(st.sampled_from(["output.token_ids", "input.token_ids",
+                                         "message.output_text.logprobs", "x"]), max_size=3),
+    "max_output_tokens": st.integers(-2, 5000) | JSON,
+    "tools": st.lists(st.fixed_dictionaries(
+        {"type": st.sampled_from(["function", "web_search"]), "name": st.text(max_size=8)},
+        optional={"parameters": JSON}), max_size=2) | JSON,
+    "tool_choice": st.sampled_from(["auto", "none", "required", "x"]) | JSON,
+    "text": st.fixed_dictionaries({"format": st.sampled_from(
+        [{"type": "text"}, {"type": "json_object"}, {"type": "x"}]) | JSON}) | JSON,
+    "reasoning": JSON, "previous_response_id": JSON, "store": JSON, "metadata": JSON,
+})
+
+
+def responses_bodies(options: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    return st.builds(lambda i, o, r: {"model": MODEL, "input": i, **o, **r},
+                     st.text(max_size=30) | st.lists(ITEM, max_size=4), options,
+                     RESPONSES_OPTIONS)
+
+
 PROMPT = st.one_of(st.text(max_size=30), st.lists(st.text(max_size=10), max_size=3), IDS,
                    st.lists(IDS, max_size=3), JSON)
 
@@ -70,6 +107,7 @@ def bodies() -> st.SearchStrategy[tuple[str, Any]]:
     detok = st.builds(lambda t, o: {"tokens": t, **o}, IDS | JSON, OPTIONS)
     return st.one_of(
         st.tuples(st.just("/v1/chat/completions"), chat | JSON),
+        st.tuples(st.just("/v1/responses"), responses_bodies(OPTIONS) | JSON),
         st.tuples(st.just("/v1/completions"), completions | JSON),
         st.tuples(st.sampled_from(["/v1/tokenize", "/tokenize"]), tokenize | JSON),
         st.tuples(st.sampled_from(["/v1/detokenize", "/detokenize"]), detok | JSON),
@@ -110,7 +148,17 @@ def valid_bodies() -> st.SearchStrategy[tuple[str, Any]]:
                   st.lists(GOOD_IDS.filter(bool), min_size=1, max_size=3)),
         GOOD_OPTIONS, st.sampled_from([{}, {"echo": True}, {"echo": True, "logprobs": 2},
                                        {"logprobs": 0}]))
+    responses = st.builds(
+        lambda i, o, inc: {"model": MODEL, "input": i, **o, **inc},
+        st.text(min_size=1, max_size=30) | st.lists(message, min_size=1, max_size=3),
+        GOOD_OPTIONS.map(lambda o: {("max_output_tokens" if k == "max_tokens" else k): v
+                                    for k, v in o.items()
+                                    if k not in ("n", "stop", "presence_penalty",
+                                                 "frequency_penalty", "return_token_ids")}),
+        st.sampled_from([{}, {"include": ["output.token_ids", "input.token_ids"]},
+                         {"include": ["message.output_text.logprobs"], "top_logprobs": 3}]))
     return st.one_of(st.tuples(st.just("/v1/chat/completions"), chat),
+                     st.tuples(st.just("/v1/responses"), responses),
                      st.tuples(st.just("/v1/completions"), completions))
 
 
@@ -139,6 +187,11 @@ def check(r: httpx.Response) -> None:
         assert isinstance(err["type"], str)
         assert err["param"] is None or isinstance(err["param"], str)
         assert err["code"] is None or isinstance(err["code"], str)
+    elif r.text.startswith("event: "):  # the Responses API's typed events
+        events = [json.loads(f.split("\ndata: ", 1)[1]) for f in r.text.strip().split("\n\n")]
+        assert [e["sequence_number"] for e in events] == list(range(len(events)))
+        assert events[-1]["type"] in ("response.completed", "response.incomplete",
+                                      "response.failed")
     elif r.headers.get("content-type", "").startswith("text/event-stream"):
         frames = [f[6:] for f in r.text.split("\n\n") if f.startswith("data: ")]
         assert frames[-1] == "[DONE]"
@@ -180,8 +233,8 @@ def test_valid_but_extreme_bodies(http: httpx.AsyncClient, loop: asyncio.Abstrac
 
 @settings(max_examples=150, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(path=st.sampled_from(["/v1/chat/completions", "/v1/completions", "/v1/tokenize",
-                             "/v1/detokenize"]), raw=st.binary(max_size=300))
+@given(path=st.sampled_from(["/v1/chat/completions", "/v1/responses", "/v1/completions",
+                             "/v1/tokenize", "/v1/detokenize"]), raw=st.binary(max_size=300))
 def test_raw_bytes(http: httpx.AsyncClient, loop: asyncio.AbstractEventLoop, path: str,
                    raw: bytes) -> None:
     check(loop.run_until_complete(http.post(path, content=raw)))

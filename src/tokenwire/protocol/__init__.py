@@ -32,6 +32,7 @@ from .completions import (
     CompletionRequest,
     TopTokenLogprob,
 )
+from .responses import Response, ResponseEvent, ResponsesRequest
 from .tokenize import (
     DetokenizeRequest,
     DetokenizeResponse,
@@ -65,8 +66,11 @@ __all__ = [
     "LogprobEntry",
     "ModelCard",
     "ModelList",
+    "Response",
+    "ResponseEvent",
     "ResponseMessage",
     "ResponseWarning",
+    "ResponsesRequest",
     "SpecialToken",
     "StreamOptions",
     "TextBlock",

@@ -19,6 +19,7 @@ from ..serving.generate import GenerateService
 from ..serving.guard import Guard
 from ..serving.loader import load_model
 from ..serving.models import ModelRegistry
+from ..serving.responses import ResponsesService
 from ..serving.tokenize import TokenizeService
 from ..tokenizers.registry import TokenizerRegistry
 from .errors import exception_handlers
@@ -83,5 +84,6 @@ def create_app(settings: Settings | None = None, *, models: ModelRegistry | None
     app.state.chat = ChatService(models, tokenizers, settings, guard, metrics)
     app.state.completions = CompletionService(models, tokenizers, settings, guard, metrics)
     app.state.generate = GenerateService(models, tokenizers, settings, guard, metrics)
+    app.state.responses = ResponsesService(models, tokenizers, settings, guard, metrics)
     app.state.tokenize = TokenizeService(models, tokenizers, settings)
     return app

@@ -18,16 +18,18 @@ from ..protocol.chat import ChatCompletionRequest
 from ..protocol.common import ModelCard, ModelList
 from ..protocol.completions import CompletionRequest
 from ..protocol.generate import GenerateRequest
+from ..protocol.responses import ResponsesRequest
 from ..protocol.tokenize import DetokenizeRequest, TokenizeRequest, TokenizerList
 from ..serving.chat import ChatService
 from ..serving.completions import CompletionService
 from ..serving.generate import GenerateService
 from ..serving.models import ModelRegistry, ServedModel
 from ..serving.plan import Caller
+from ..serving.responses import ResponsesService
 from ..serving.tokenize import TokenizeService
 from ._json import ModelResponse
 from .middleware import API_KEY_STATE
-from .sse import sse_frames
+from .sse import sse_frames, sse_typed_events
 from .validation import parse_body
 
 __all__ = ["routes"]
@@ -76,14 +78,16 @@ async def get_model(request: Request) -> Response:
 
 async def _respond(request: Request, stream: bool,
                    make_stream: Callable[[], Awaitable[AsyncIterator[BaseModel]]],
-                   make_whole: Callable[[], Awaitable[BaseModel]]) -> Response:
+                   make_whole: Callable[[], Awaitable[BaseModel]],
+                   frames: Callable[[AsyncIterator[BaseModel]], AsyncIterator[bytes]] = sse_frames,
+                   ) -> Response:
     """SSE for a stream (errors before the first chunk are still plain HTTP errors), else JSON."""
     if stream:
         try:  # admission may wait (an upstream's prefill): a client gone meanwhile frees it
             chunks = await _unless_disconnected(request, make_stream())
         except _ClientGone:
             return Response(status_code=499)
-        return StreamingResponse(sse_frames(chunks), media_type="text/event-stream",
+        return StreamingResponse(frames(chunks), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache"})
     try:
         result = await _unless_disconnected(request, make_whole())
@@ -97,6 +101,14 @@ async def chat_completions(request: Request) -> Response:
     service: ChatService = request.app.state.chat
     return await _respond(request, req.stream, lambda: service.stream(req),
                           lambda: service.create(req))
+
+
+async def responses(request: Request) -> Response:
+    """OpenAI's Responses API, run on the chat service (typed SSE events when streaming)."""
+    req = parse_body(await request.body(), ResponsesRequest)
+    service: ResponsesService = request.app.state.responses
+    return await _respond(request, bool(req.stream), lambda: service.stream(req),
+                          lambda: service.create(req), frames=sse_typed_events)
 
 
 async def render_chat(request: Request) -> Response:
@@ -215,6 +227,7 @@ routes = [
     Route("/v1/models/{model:path}", get_model, methods=["GET"]),
     Route("/v1/chat/completions", chat_completions, methods=["POST"]),
     Route("/v1/chat/completions/render", render_chat, methods=["POST"]),
+    Route("/v1/responses", responses, methods=["POST"]),
     Route("/v1/completions", completions, methods=["POST"]),
     Route("/inference/v1/generate", generate, methods=["POST"]),
     Route("/v1/tokenize", tokenize, methods=["POST"]),

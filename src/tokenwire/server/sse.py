@@ -2,6 +2,10 @@
 
 An error after the first byte cannot change the status any more; it goes in-band as
 `data: {"error": {...}}`, then `[DONE]`.
+
+The Responses API frames typed events instead (`sse_typed_events`): `event: <type>` then
+`data: <json>`, no `[DONE]` (as OpenAI's); its service ends a failed stream with
+`response.failed` itself, so only an error escaping it is framed here, as an `error` event.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from pydantic import BaseModel
 from ..errors import TokenwireError
 from ._json import dumps
 
-__all__ = ["sse_frames"]
+__all__ = ["sse_frames", "sse_typed_events"]
 
 log = logging.getLogger(__name__)
 
@@ -36,3 +40,20 @@ async def sse_frames(events: AsyncIterator[BaseModel]) -> AsyncIterator[bytes]:
         if aclose is not None:
             await aclose()
     yield DONE
+
+
+async def sse_typed_events(events: AsyncIterator[BaseModel]) -> AsyncIterator[bytes]:
+    try:
+        async for ev in events:
+            kind = getattr(ev, "type", "message")
+            yield b"event: " + kind.encode() + b"\ndata: " + ev.model_dump_json().encode() + b"\n\n"
+    except Exception as exc:  # noqa: BLE001 - the stream must end in the OpenAI shape
+        log.exception("stream failed")
+        err = exc if isinstance(exc, TokenwireError) else TokenwireError(
+            f"the stream failed: {type(exc).__name__}", code="internal_error")
+        body = {"type": "error", **err.to_body()["error"]}
+        yield b"event: error\ndata: " + dumps(body) + b"\n\n"
+    finally:
+        aclose = getattr(events, "aclose", None)
+        if aclose is not None:
+            await aclose()
