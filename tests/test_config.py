@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from tokenwire.cli import _parser
-from tokenwire.config import Settings, default_model_name, default_model_path
+from tokenwire.config import DEFAULT_MODEL_FILE, Settings, default_model_name, default_model_path
 
 
 def test_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -18,8 +18,20 @@ def test_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> 
 
 def test_the_default_model_is_installed() -> None:
     path = default_model_path()
-    assert path.is_file() and path.stat().st_size > 50_000_000
-    assert Settings().model_path() == path
+    assert path.name == DEFAULT_MODEL_FILE and path.stat().st_size > 50_000_000
+    assert path.read_bytes()[:4] == b"GGUF"
+
+
+def test_model_and_tokenizer_paths(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TOKENWIRE_MODEL", raising=False)
+    monkeypatch.delenv("TOKENWIRE_TOKENIZER", raising=False)
+    assert Settings().model_path().name == DEFAULT_MODEL_FILE
+    assert Settings(model=Path("m.gguf")).model_path() == Path("m.gguf")
+    monkeypatch.setenv("TOKENWIRE_MODEL", "/models/e.gguf")
+    assert Settings().model_path() == Path("/models/e.gguf")
+    # the tokenizer is the served GGUF's unless one is named
+    assert Settings().tokenizer_path() == Path("/models/e.gguf")
+    assert Settings(tokenizer=Path("tok")).tokenizer_path() == Path("tok")
 
 
 def test_model_names() -> None:
