@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config import Settings
-from ..errors import ContentPolicyViolationError, InvalidRequestError, UnsupportedParameterError
+from ..errors import InvalidRequestError, UnsupportedParameterError
 from ..protocol.chat import (
     ChatChoice,
     ChatChunkChoice,
@@ -305,9 +305,6 @@ class ChatService(GenerationService):
                         finish_reason=plan.finish_reason(u.finish_reason, parser),
                         stop_reason=u.stop_reason if plan.shows_ids else None,
                     )])
-                    if u.finish_reason == "content_filter":
-                        raise ContentPolicyViolationError(
-                            "the output was stopped by the server's content policy")
         finally:
             aclose = getattr(updates, "aclose", None)
             if aclose is not None:
