@@ -33,18 +33,13 @@ from .generation import ChoiceUpdate, run_choices
 from .logprobs import chat_logprobs, prompt_logprobs
 from .messages import (
     Conversation,
-    check_messages,
-    check_tools,
     drift_warnings,
     message_id_spans,
-    message_texts,
     render_messages,
-    tool_texts,
 )
 from .output import Delta
 from .plan import GenerationService, Plan, check_engine_features
 from .sampling import choice_params, completion_budget
-from .tokens import check_id_range
 from .toolformat import HERMES
 from .toolparser import CallPiece, ParsedDelta, ToolCallParser
 
@@ -91,11 +86,6 @@ def _check_shape(req: ChatCompletionRequest, settings: Settings) -> None:
     if req.prompt_logprobs is not None and req.stream:
         raise InvalidRequestError("prompt_logprobs are returned by non-streaming requests",
                                   param="prompt_logprobs", code="invalid_value")
-    check_messages(req.messages)
-    if len(req.messages) > settings.max_messages:
-        raise InvalidRequestError(f"at most {settings.max_messages} messages per request",
-                                  param="messages", code="invalid_value")
-    check_tools(req.tools or [], req.messages)
 
 
 def _tool_deltas(pieces: Sequence[CallPiece]) -> list[DeltaToolCall] | None:
@@ -127,12 +117,7 @@ class ChatService(GenerationService):
             raise UnsupportedParameterError(
                 "tool calls cannot be combined with tokenizer_fallback 'translate' (the ids "
                 "of each call piece would be re-encoded)", param="tokenizer_fallback")
-        check_id_range(spans, space.client.tokenizer)
-        warnings = self._guard.check_ids(spans, space.client.tokenizer)
-        texts = [(f"messages[{i}].content", t)
-                 for i, t in enumerate(message_texts(req.messages, space))]
-        self._guard.check_texts([*texts, *tool_texts(req.tools or [], req.messages)],
-                                "messages")
+        warnings = self._guard.check_conversation(req.messages, req.tools or [], space)
         template = model.chat_template()
         conv = render_messages(req.messages, space, template, tools=req.tools or [])
         check = req.check_drift if req.check_drift is not None else self._settings.check_drift
