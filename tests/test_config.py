@@ -89,3 +89,17 @@ def test_raw_prompts_by_deployment() -> None:
     assert not Settings(raw_prompts="deny").raw_prompts_allowed(None)
     assert not Settings(api_keys=["b"], raw_prompt_keys=["b"],
                         raw_prompts="deny").raw_prompts_allowed("b")
+
+
+def test_serve_refuses_a_file_that_is_not_gguf(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """A start-up error of the tree (here GGUFFormatError) is one line, not a traceback."""
+    from tokenwire.cli import main
+
+    monkeypatch.setenv("TOKENWIRE_TOKENIZER_STORE", str(tmp_path / "store"))
+
+    bad = tmp_path / "model.gguf"
+    bad.write_text("not a model")
+    assert main(["serve", "--model", str(bad), "--port", "1"]) == 1
+    err = capsys.readouterr().err
+    assert err == f"tokenwire serve: not starting: {bad} is not a GGUF file\n", err
