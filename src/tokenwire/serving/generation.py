@@ -22,7 +22,7 @@ from ..engines.base import (
 )
 from ..errors import InvalidRequestError, ServiceUnavailableError
 from ..metrics import TokenClock, TokenTimer
-from ..tokenizers.hf import HFTokenizer
+from ..tokenizers.base import Tokenizer
 from .output import Delta, OutputDecoder
 
 __all__ = ["ChoiceResult", "ChoiceUpdate", "collect", "run_choices"]
@@ -142,7 +142,7 @@ async def _close_admitted(tasks: Sequence[asyncio.Future[EventStream]]) -> None:
 
 
 async def run_choices(engine: Engine, jobs: Sequence[tuple[Sequence[int], SamplingParams]],
-                      tokenizer: HFTokenizer, stop: Sequence[str], *,
+                      tokenizer: Tokenizer, stop: Sequence[str], *,
                       token_aligned: bool, output_check: OutputCheck | None = None,
                       keep_stop_token: bool = False, timer: TokenTimer | None = None,
                       ) -> AsyncGenerator[ChoiceUpdate, None]:

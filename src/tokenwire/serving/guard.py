@@ -12,7 +12,7 @@ from ..policy import ContentPolicy, Violation
 from ..protocol.chat import ChatMessage
 from ..protocol.common import ResponseWarning
 from ..protocol.tools import Tool
-from ..tokenizers.hf import HFTokenizer
+from ..tokenizers.base import Tokenizer
 from .messages import check_messages, check_tools, message_id_spans, message_texts, tool_texts
 from .tokens import IdSpan, TokenSpace, check_id_range, check_special_ids, is_canonical
 
@@ -28,7 +28,7 @@ class Guard:
         self._settings = settings
         self.policy = policy
 
-    def check_ids(self, spans: Sequence[IdSpan], tokenizer: HFTokenizer, *,
+    def check_ids(self, spans: Sequence[IdSpan], tokenizer: Tokenizer, *,
                   raw_prompt: bool = False, caller_key: str | None = None,
                   ) -> list[ResponseWarning]:
         """Limits, control tokens, canonicality; returns the warnings of `flag` mode.
