@@ -198,6 +198,7 @@ async def loop_gaps(every: float = 0.005) -> AsyncIterator[list[float]]:
             last = now
 
     task = asyncio.create_task(tick())
+    await asyncio.sleep(0)  # the ticker starts its clock before the block runs
     try:
         yield gaps
         await asyncio.sleep(every * 4)  # the ticker records the gap it is in

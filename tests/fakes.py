@@ -31,6 +31,8 @@ class FakeEngine:
                                 vocab_size=vocab_size, eog_ids=frozenset({eog_id}))
         self.eog_id = eog_id
         self.script = list(script)
+        self.scripts: list[list[int]] = []
+        """When set, the script of each admitted sequence in turn (choices that differ)."""
         self.delay = delay
         self.prompts: list[list[int]] = []
         self.params: list[SamplingParams] = []
@@ -68,11 +70,13 @@ class FakeEngine:
                      ) -> AsyncGenerator[EngineEvent, None]:
         if self.refuse is not None:
             raise self.refuse
+        script = self.scripts[len(self.prompts) % len(self.scripts)] if self.scripts \
+            else self.script
         self.prompts.append(list(prompt))
         self.params.append(params)
-        return self._run(list(prompt), params)
+        return self._run(list(prompt), params, script)
 
-    async def _run(self, prompt: list[int], params: SamplingParams,
+    async def _run(self, prompt: list[int], params: SamplingParams, script: list[int],
                    ) -> AsyncGenerator[EngineEvent, None]:
         self.active += 1
         try:
@@ -82,7 +86,7 @@ class FakeEngine:
                     TokenEvent(t, -1.0, tuple(((t + j) % self._info.vocab_size, -1.0 - j)
                                              for j in range(k)))
                     for t in prompt[1:]))
-            for i, t in enumerate(self.script):
+            for i, t in enumerate(script):
                 if self.fail_after is not None and i >= self.fail_after:
                     raise EngineError("the engine failed (injected)")
                 if i >= params.max_tokens:

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from tokenwire.cli import _parser
-from tokenwire.config import Settings, default_model_name, default_model_path
+from tokenwire.config import DEFAULT_MODEL_FILE, Settings, default_model_name, default_model_path
 
 
 def test_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -18,8 +18,20 @@ def test_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> 
 
 def test_the_default_model_is_installed() -> None:
     path = default_model_path()
-    assert path.is_file() and path.stat().st_size > 50_000_000
-    assert Settings().model_path() == path
+    assert path.name == DEFAULT_MODEL_FILE and path.stat().st_size > 50_000_000
+    assert path.read_bytes()[:4] == b"GGUF"
+
+
+def test_model_and_tokenizer_paths(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TOKENWIRE_MODEL", raising=False)
+    monkeypatch.delenv("TOKENWIRE_TOKENIZER", raising=False)
+    assert Settings().model_path().name == DEFAULT_MODEL_FILE
+    assert Settings(model=Path("m.gguf")).model_path() == Path("m.gguf")
+    monkeypatch.setenv("TOKENWIRE_MODEL", "/models/e.gguf")
+    assert Settings().model_path() == Path("/models/e.gguf")
+    # the tokenizer is the served GGUF's unless one is named
+    assert Settings().tokenizer_path() == Path("/models/e.gguf")
+    assert Settings(tokenizer=Path("tok")).tokenizer_path() == Path("tok")
 
 
 def test_model_names() -> None:
@@ -77,3 +89,17 @@ def test_raw_prompts_by_deployment() -> None:
     assert not Settings(raw_prompts="deny").raw_prompts_allowed(None)
     assert not Settings(api_keys=["b"], raw_prompt_keys=["b"],
                         raw_prompts="deny").raw_prompts_allowed("b")
+
+
+def test_serve_refuses_a_file_that_is_not_gguf(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """A start-up error of the tree (here GGUFFormatError) is one line, not a traceback."""
+    from tokenwire.cli import main
+
+    monkeypatch.setenv("TOKENWIRE_TOKENIZER_STORE", str(tmp_path / "store"))
+
+    bad = tmp_path / "model.gguf"
+    bad.write_text("not a model")
+    assert main(["serve", "--model", str(bad), "--port", "1"]) == 1
+    err = capsys.readouterr().err
+    assert err == f"tokenwire serve: not starting: {bad} is not a GGUF file\n", err

@@ -58,20 +58,18 @@ async def _serve_async(settings: Settings, config: uvicorn.Config) -> int:
     inside the server's lifespan), then serve on the same event loop."""
     import uvicorn
 
-    from .engines.base import EngineStartError
+    from .errors import SetupError
     from .server.app import create_app
     from .serving.loader import load_model
     from .serving.models import ModelRegistry
-    from .tokenizers.probe import TokenizerParityError
     from .tokenizers.registry import TokenizerRegistry
-    from .tokenizers.source import TokenizerSourceError
 
     tokenizers = TokenizerRegistry(settings.tokenizer_store)
     tokenizers.load_store()
     models = ModelRegistry()
     try:
         models.add(await load_model(settings, tokenizers))
-    except (EngineStartError, TokenizerParityError, TokenizerSourceError, OSError) as exc:
+    except (SetupError, OSError) as exc:
         print(f"tokenwire serve: not starting: {exc}", file=sys.stderr)
         return 1
     config.app = create_app(settings, models=models, tokenizers=tokenizers)

@@ -3,7 +3,8 @@
 Every error a client can see is a `TokenwireError`: it carries the HTTP status, the OpenAI
 error `type`, a machine-readable `code` and the `param` path of the culprit. The server has a
 single handler that renders any of them as OpenAI's error body; the Python client raises the
-same classes from an error body (`error_from_body`).
+same classes from an error body (`error_from_body`). The errors that stop a server from
+serving as configured (`SetupError`) are in the same tree, told to the operator, never sent.
 
     TokenwireError
     ├── InvalidRequestError (400 invalid_request_error)
@@ -25,6 +26,13 @@ same classes from an error body (`error_from_body`).
     ├── RateLimitError (429)                 queue_full
     ├── EngineError (503)                    engine_error
     ├── ServiceUnavailableError (503)        engine_unavailable
+    │   └── ReplicaLostError                 (engines.base) a replica went away mid-response
+    ├── SetupError (the server cannot serve as configured: told at start, never sent)
+    │   ├── EngineStartError                 no upstream answered, or not the model configured
+    │   ├── TokenizerParityError             the pinned tokenizer disagrees with the engine's
+    │   └── TokenizerSourceError             files that describe no tokenizer we can pin
+    │       ├── UnsupportedTokenizerError    a GGUF tokenizer with no portable equivalent yet
+    │       └── GGUFFormatError              not a GGUF file this reader understands
     └── ClientError (raised by the Python client itself, never sent by a server)
         ├── APIConnectionError               connection_error
         └── TokenizerIntegrityError          tokenizer_integrity
@@ -41,6 +49,8 @@ __all__ = [
     "ContentPolicyViolationError",
     "ContextLengthExceededError",
     "EngineError",
+    "EngineStartError",
+    "GGUFFormatError",
     "InvalidRequestError",
     "InvalidTokenIdError",
     "KNOWN_CODES",
@@ -51,13 +61,17 @@ __all__ = [
     "RateLimitError",
     "RequestTooLargeError",
     "ServiceUnavailableError",
+    "SetupError",
     "SpecialTokenNotAllowedError",
     "TokenizerIntegrityError",
     "TokenizerNotFoundError",
+    "TokenizerParityError",
+    "TokenizerSourceError",
     "TokenizerVersionMismatchError",
     "TokenizerVersionRequiredError",
     "TokenwireError",
     "UnknownTokenizerVersionError",
+    "UnsupportedTokenizerError",
     "UnsupportedParameterError",
     "error_from_body",
 ]
@@ -192,6 +206,34 @@ class ServiceUnavailableError(TokenwireError):
     status_code = 503
     error_type = "server_error"
     default_code = "engine_unavailable"
+
+
+class SetupError(TokenwireError):
+    """The server (or one upstream replica) cannot serve as configured: an operator's error,
+    reported at start (or in /health), never sent to a client."""
+
+    error_type = "server_error"
+
+
+class EngineStartError(SetupError, RuntimeError):
+    """The engine cannot serve: no upstream answered, or the upstream is not the model it was
+    configured as."""
+
+
+class TokenizerParityError(SetupError, RuntimeError):
+    """The pinned tokenizer disagrees with the engine's own: serving would mislead clients."""
+
+
+class TokenizerSourceError(SetupError, ValueError):
+    """The files do not describe a tokenizer tokenwire can pin."""
+
+
+class UnsupportedTokenizerError(TokenizerSourceError):
+    """The GGUF file's tokenizer has no portable equivalent here yet."""
+
+
+class GGUFFormatError(TokenizerSourceError):
+    """The file is not a GGUF file this reader understands."""
 
 
 class ClientError(TokenwireError):

@@ -58,7 +58,8 @@ class ContentPolicy(Protocol):
     """One method: the verdict on a text. A classifier implements the same interface."""
 
     check_output: bool
-    """Also check what the model writes (streams stop with finish_reason content_filter)."""
+    """Also check what the model writes (a choice it stops ends with finish_reason
+    content_filter; the others go on)."""
 
     def check(self, text: str) -> Violation | None: ...
 

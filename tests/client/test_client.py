@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
 import pytest
 
+from tests.conftest import loop_gaps
 from tests.fakes import MODEL, FakeEngine
 from tokenwire import (
     AsyncClient,
@@ -102,6 +104,21 @@ async def test_tokenizer_is_fetched_verified_and_cached(sdk: AsyncClient, tok: H
     with pytest.raises(TokenizerIntegrityError):
         await fresh.tokenizer(tok.version)
     await fresh.aclose()
+
+
+async def test_tokenizer_loads_off_the_event_loop(sdk: AsyncClient, tok: HFTokenizer,
+                                                  tmp_path: Path) -> None:
+    """Verifying, building and storing a 1.5 MB artifact (and loading it from the disk cache)
+    runs in a worker thread: the event loop keeps turning meanwhile."""
+    for client in (sdk, AsyncClient(cache_dir=tmp_path / "cache")):  # fetched, then from disk
+        async with loop_gaps(0.002) as gaps:
+            start = time.perf_counter()
+            assert (await client.tokenizer(tok.version)).version == tok.version
+            took = time.perf_counter() - start
+        assert took > 0.1, took  # enough work that a stall would show
+        assert max(gaps) < took / 2, (max(gaps), took)
+    [stored] = (tmp_path / "cache").rglob("tokenizer.json")
+    assert stored.read_bytes() == tok.artifact
 
 
 def test_a_tampered_artifact_is_refused(tok: HFTokenizer, tmp_path: Path) -> None:

@@ -186,3 +186,38 @@ async def test_a_huge_prompt_is_prepared_off_the_event_loop(engine, make_app) ->
     assert r.status_code == 400 and r.json()["error"]["param"] == "messages", r.text
     assert took > 0.2, took  # enough work that a stall would show
     assert max(gaps) < took / 2, (max(gaps), took)
+
+
+@pytest.mark.anyio
+async def test_the_output_policy_stops_one_choice_on_the_real_engine(  # type: ignore[no-untyped-def]
+        engine, tok: HFTokenizer, make_app, tmp_path: Path) -> None:
+    """Two prompts, greedy; the output policy blocks a word the first one's completion holds:
+    that choice ends with content_filter (the word never sent), the other goes on, in a whole
+    response and in a stream alike."""
+    body = {"model": APP_MODEL, "prompt": ["The capital of France is", "1, 2, 3, 4,"],
+            "max_tokens": 12, "temperature": 0, "tokenizer_version": tok.version}
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=make_app(engine)),
+                                 base_url="http://t", timeout=60) as c:
+        free = [ch["text"] for ch in (await c.post("/v1/completions", json=body)).json()["choices"]]
+    word = next(w for w in free[0].split() if w.isalpha()
+                and w.lower() not in (free[1] + " ".join(body["prompt"])).lower())
+    policy = tmp_path / "output-policy.json"
+    policy.write_text(json.dumps({"blocked_phrases": [word], "check_output": True}))
+    app = make_app(engine, content_policy=policy)  # no lifespan: the engine is shared
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                 base_url="http://t", timeout=60) as c:
+        r = await c.post("/v1/completions", json=body)
+        assert r.status_code == 200, r.text
+        whole = [(ch["finish_reason"], ch["text"]) for ch in r.json()["choices"]]
+        r = await c.post("/v1/completions", json={**body, "stream": True})
+    frames = [f[6:] for f in r.text.split("\n\n") if f.startswith("data: ")]
+    assert frames[-1] == "[DONE]"
+    events = [json.loads(f) for f in frames[:-1]]
+    assert not any("error" in e for e in events), events
+    streamed = [("".join(ch.get("finish_reason") or "" for e in events for ch in e["choices"]
+                         if ch["index"] == i),
+                 "".join(ch["text"] for e in events for ch in e["choices"] if ch["index"] == i))
+                for i in range(2)]
+    for got in (whole, streamed):
+        assert got[0][0] == "content_filter" and word not in got[0][1], (word, free, got)
+        assert got[1][0] in ("stop", "length") and got[1][1], (word, free, got)

@@ -192,8 +192,10 @@ async def test_a_failed_decode_fails_its_requests_and_the_engine_recovers(
 
     monkeypatch.setattr(type(engine.llama), "decode", flaky)
     p = prompt_of("Tell me a story.")
-    with pytest.raises(EngineError):
+    with pytest.raises(EngineError) as failed:
         await run(engine, p, max_tokens=20)
+    cause = failed.value.__cause__  # chained to what llama.cpp raised, for the log and debugger
+    assert isinstance(cause, RuntimeError) and str(cause) == "injected decode failure"
     assert engine.n_active == 0
     monkeypatch.undo()
     tokens, finish = await run(engine, p, max_tokens=5)

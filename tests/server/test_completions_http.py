@@ -76,7 +76,8 @@ async def test_echo_and_legacy_logprobs(client: httpx.AsyncClient, tok: HFTokeni
     # offsets count characters of the choice's text; a partial character keeps its start
     text = choice["text"]
     for i, off in enumerate(lp["text_offset"]):
-        assert text[:off] == tok.decode(ids[:i]).rstrip("\ufffd") or off <= len(text)
+        before = tok.decode(ids[:i]).rstrip("\ufffd")  # the characters complete before token i
+        assert (off, text[:off]) == (len(before), before), i
     assert lp["text_offset"] == sorted(lp["text_offset"])
     assert lp["text_offset"][-1] < len(text)
     assert any(t.startswith("bytes:") for t in lp["tokens"])

@@ -112,25 +112,66 @@ async def test_generate_prompts_are_checked_too(guarded: httpx.AsyncClient, tok:
     fake_engine.script = tok.encode(f"Sure: the {PHRASE} is flour.")
     r = await guarded.post("/inference/v1/generate", json={
         "token_ids": tok.encode("hi"), "sampling_params": {"max_tokens": 40}})
-    refused(r, "content_policy_violation")  # the output is checked as well
+    assert r.json()["choices"][0]["finish_reason"] == "content_filter"  # the output as well
 
 
-async def test_output_policy_stops_the_choice(guarded: httpx.AsyncClient, tok: HFTokenizer,
-                                              fake_engine: FakeEngine) -> None:
-    fake_engine.script = tok.encode(f"Sure: the {PHRASE} is flour.")
-    r = await guarded.post("/v1/chat/completions", json=chat([user("hi")]))
-    choice = r.json()["choices"][0]
-    assert choice["finish_reason"] == "content_filter"
-    assert PHRASE not in choice["message"]["content"]
-    assert choice["message"]["content"].startswith("Sure: the")
-    r = await guarded.post("/v1/chat/completions", json=chat([user("hi")], stream=True))
+def sse_events(r: httpx.Response) -> list[dict[str, Any]]:
     frames = [f[6:] for f in r.text.split("\n\n") if f.startswith("data: ")]
     assert frames[-1] == "[DONE]"
     events = [json.loads(f) for f in frames[:-1]]
-    assert events[-2]["choices"][0]["finish_reason"] == "content_filter"
-    assert events[-1]["error"]["code"] == "content_policy_violation"
-    sent = "".join(e["choices"][0]["delta"].get("content", "") for e in events[:-1])
-    assert PHRASE not in sent
+    assert not any("error" in e for e in events), events  # the stream ends as any other
+    return events
+
+
+async def test_output_policy_stops_only_its_choice(guarded: httpx.AsyncClient, tok: HFTokenizer,
+                                                   fake_engine: FakeEngine) -> None:
+    """As OpenAI's: the choice the output policy stops ends with finish_reason content_filter
+    (the delta that completed the match withheld), the others go on; the same in a whole
+    response and in a stream, on chat, completions and vLLM's generate."""
+    blocked, clean = f"Sure: the {PHRASE} is flour.", "Flour, water and salt."
+    fake_engine.scripts = [tok.encode(blocked), tok.encode(clean)]
+    expect = [("content_filter", "Sure: the"), ("stop", clean)]
+
+    def check(got: list[tuple[str, str]]) -> None:
+        for (reason, text), (want_reason, want_text) in zip(got, expect, strict=True):
+            assert reason == want_reason, got
+            assert PHRASE not in text and text.startswith(want_text), got
+        assert got[1][1] == clean
+
+    base = chat([user("hi")], n=2)
+    r = await guarded.post("/v1/chat/completions", json=base)
+    assert r.status_code == 200, r.text
+    check([(c["finish_reason"], c["message"]["content"]) for c in r.json()["choices"]])
+    r = await guarded.post("/v1/chat/completions", json={**base, "stream": True})
+    events = sse_events(r)
+    check([("".join(str(e["choices"][0].get("finish_reason") or "") for e in events
+                    if e["choices"] and e["choices"][0]["index"] == i),
+            "".join(e["choices"][0]["delta"].get("content") or "" for e in events
+                    if e["choices"] and e["choices"][0]["index"] == i)) for i in range(2)])
+
+    prompt = {"model": MODEL, "prompt": "hi", "n": 2, "tokenizer_version": tok.version}
+    r = await guarded.post("/v1/completions", json=prompt)
+    assert r.status_code == 200, r.text
+    check([(c["finish_reason"], c["text"]) for c in r.json()["choices"]])
+    events = sse_events(await guarded.post("/v1/completions", json={**prompt, "stream": True}))
+    check([("".join(c.get("finish_reason") or "" for e in events for c in e["choices"]
+                    if c["index"] == i),
+            "".join(c["text"] for e in events for c in e["choices"] if c["index"] == i))
+           for i in range(2)])
+
+    gen = {"token_ids": tok.encode("hi"), "sampling_params": {"max_tokens": 40, "n": 2}}
+    r = await guarded.post("/inference/v1/generate", json=gen)
+    assert r.status_code == 200, r.text
+    check([(c["finish_reason"], tok.decode([t for t in c["token_ids"]
+                                            if t != fake_engine.eog_id]))
+           for c in r.json()["choices"]])
+    events = sse_events(await guarded.post("/inference/v1/generate",
+                                           json={**gen, "stream": True}))
+    check([("".join(c.get("finish_reason") or "" for e in events for c in e["choices"]
+                    if c["index"] == i),
+            tok.decode([t for e in events for c in e["choices"] if c["index"] == i
+                        for t in c["token_ids"] if t != fake_engine.eog_id]))
+           for i in range(2)])
 
 
 async def test_control_token_ids_are_refused(client: httpx.AsyncClient, tok: HFTokenizer) -> None:

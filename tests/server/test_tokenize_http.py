@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import hashlib
+import json
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from tokenizers import Tokenizer as RawHFTokenizer
 
+from tests.conftest import serve_in_process
 from tests.fakes import MODEL, other_tokenizer
 from tokenwire.tokenizers.hf import HFTokenizer
 from tokenwire.tokenizers.registry import TokenizerRegistry
@@ -160,3 +163,53 @@ async def test_artifact_is_immutable_and_verifiable(client: httpx.AsyncClient,
     by_alias = await client.get("/v1/tokenizers/smollm2-49k/tokenizer.json")
     assert by_alias.content == r.content
     assert by_alias.headers["cache-control"] == "no-cache"  # an alias may move
+
+
+async def test_tokenize_messages_refuses_what_chat_refuses(make_app, tok: HFTokenizer,  # type: ignore[no-untyped-def]
+                                                           tmp_path: Path) -> None:
+    """/v1/tokenize gives exactly the chat prompt, so it refuses exactly what chat refuses:
+    control ids, the message and id limits, the content policy, non-canonical ids."""
+    policy = tmp_path / "policy.json"
+    policy.write_text(json.dumps({"blocked_phrases": ["forbidden recipe"]}))
+    app = make_app(max_messages=3, max_request_token_ids=40, content_policy=policy,
+                   non_canonical_tokens="reject")
+    im_start = tok.special_id("<|im_start|>")
+    odd = tok.encode("Say only ") + tok.encode("y") + tok.encode("es.")
+    assert odd != tok.encode(tok.decode(odd))
+
+    def user(content: Any) -> dict[str, Any]:
+        return {"role": "user", "content": content}
+
+    def ids(token_ids: list[int]) -> dict[str, Any]:
+        return {"type": "input_tokens", "token_ids": token_ids}
+
+    cases: dict[str, list[dict[str, Any]]] = {
+        "a control id in a block": [user([{"type": "text", "text": "hi"},
+                                          ids([253, im_start])])],
+        "a control id in assistant ids": [user("hi"), {"role": "assistant",
+                                                       "token_ids": [253, im_start]}],
+        "too many messages": [user("a"), user("b"), user("c"), user("d")],
+        "too many ids": [user(ids(tok.encode("word " * 30))), user(ids(tok.encode("x " * 30)))],
+        "a blocked phrase": [user("the forbidden recipe")],
+        "a blocked phrase in ids": [user(ids(tok.encode("the forbidden recipe")))],
+        "a phrase split across messages": [user("the forbidden"), user("recipe")],
+        "non-canonical ids": [user(ids(odd))],
+    }
+    async with serve_in_process(app) as c:
+        for name, messages in cases.items():
+            body = {"model": MODEL, "tokenizer_version": tok.version, "messages": messages}
+            chat = await c.post("/v1/chat/completions", json=body)
+            assert chat.status_code == 400, (name, chat.text)
+            r = await c.post("/v1/tokenize", json=body)
+            assert (r.status_code, r.json()) == (400, chat.json()), name
+        ok = {"model": MODEL, "tokenizer_version": tok.version,
+              "messages": [user([{"type": "text", "text": "hi"}, ids(tok.encode(" there"))])]}
+        chat = await c.post("/v1/chat/completions", json={**ok, "return_token_ids": True})
+        r = await c.post("/v1/tokenize", json=ok)
+        assert r.json()["tokens"] == chat.json()["prompt_token_ids"]
+        # and /v1/detokenize takes no more ids than a request may send
+        r = await c.post("/v1/detokenize", json={"tokenizer_version": tok.version,
+                                                 "tokens": tok.encode("word " * 50)})
+        assert r.status_code == 400, r.text
+        assert (r.json()["error"]["code"], r.json()["error"]["param"]) == ("invalid_value",
+                                                                            "tokens")

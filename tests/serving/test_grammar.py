@@ -77,6 +77,28 @@ def test_a_format_that_is_not_a_string_is_refused_by_name() -> None:
     assert exc.value.param == "s.format"
 
 
+def test_only_the_converters_refusals_are_the_clients_fault(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the converter raises to refuse a schema is a 400 naming the field; a bug (any other
+    exception) is not blamed on the client."""
+    from tokenwire.serving import grammar
+
+    def refuse(self: Any, schema: Any, name: str) -> str:
+        raise AssertionError("Unrecognized schema")
+
+    monkeypatch.setattr(grammar._Converter, "visit", refuse)
+    with pytest.raises(UnsupportedParameterError) as refused:
+        schema_grammar({"type": "object"}, "response_format.json_schema.schema")
+    assert refused.value.param == "response_format.json_schema.schema"
+
+    def bug(self: Any, schema: Any, name: str) -> str:
+        raise ZeroDivisionError("a bug")
+
+    monkeypatch.setattr(grammar._Converter, "visit", bug)
+    with pytest.raises(ZeroDivisionError):
+        schema_grammar({"type": "object"}, "response_format.json_schema.schema")
+
+
 def test_schemas_pydantic_writes_are_accepted() -> None:
     for schema in [
         {"type": "array", "items": {}},  # list[Any]

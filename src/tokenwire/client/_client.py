@@ -7,6 +7,7 @@ guessing), and tokenize locally with the exact artifact the server publishes, ve
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
@@ -231,11 +232,14 @@ class AsyncClient(_Base):
         if not VERSION_RE.match(version):
             r = await self._send("GET", f"tokenizers/{version}")
             version = self._parse(r, TokenizerInfo).id
-        cached = self._tokenizers.get(version)
+        # reading, hashing, building and writing a tokenizer take a worker thread: the event
+        # loop (and every other request on it) keeps turning meanwhile
+        cached = await asyncio.to_thread(self._tokenizers.get, version)
         if cached is not None:
             return cached
         r = await self._send("GET", f"tokenizers/{version}/tokenizer.json")
-        return self._tokenizers.put(version, r.content, r.headers.get("x-tokenwire-sha256"))
+        return await asyncio.to_thread(self._tokenizers.put, version, r.content,
+                                       r.headers.get("x-tokenwire-sha256"))
 
     async def tokenize(self, prompt: str | None = None, *,
                        messages: Sequence[Any] | None = None, model: str | None = None,

@@ -15,6 +15,7 @@ from typing import Literal, Protocol, runtime_checkable
 
 from ..errors import (
     ContextLengthExceededError,
+    EngineStartError,
     InvalidRequestError,
     InvalidTokenIdError,
     ServiceUnavailableError,
@@ -43,11 +44,6 @@ class ReplicaLostError(ServiceUnavailableError):
     """The upstream replica serving a sequence went away mid-response. Nothing of a response
     sent whole has reached the client yet, so serving may run it again (elsewhere: the replica
     is marked down). A client sees 503 engine_unavailable."""
-
-
-class EngineStartError(RuntimeError):
-    """The engine cannot serve: no upstream answered, or the upstream is not the model it was
-    configured as. An operator's error at start, never sent to a client."""
 
 
 @dataclass(frozen=True)

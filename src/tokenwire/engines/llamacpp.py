@@ -77,6 +77,14 @@ class _Seq:
         return self.params.prompt_logprobs is not None
 
 
+def _failed(message: str, cause: BaseException) -> EngineError:
+    """An EngineError chained to its cause, as `raise ... from cause` chains it: it is handed
+    to the consumer, which raises it there."""
+    err = EngineError(message)
+    err.__cause__ = cause
+    return err
+
+
 def _scored(lp: np.ndarray, token: int, k: int) -> TokenEvent:
     """`token` with its logprob and the `k` most likely tokens, most likely first."""
     top: tuple[tuple[int, float], ...] = ()
@@ -311,7 +319,7 @@ class LlamaCppEngine:
                     with self._cv:
                         for seq in list(self._active):
                             self._release(seq, keep=False)  # free, then tell
-                            seq.emit(EngineError(f"the engine failed: {exc}"))
+                            seq.emit(_failed(f"the engine failed: {exc}", exc))
         except Exception as exc:  # noqa: BLE001 - the loop itself failed: say so in /health
             log.exception("the embedded engine's worker stopped")
             self._died = f"the embedded engine's worker stopped: {exc!r}"
@@ -412,7 +420,7 @@ class LlamaCppEngine:
             )
         except GrammarError as exc:  # serving builds the grammars: a bug, not the client's
             self._release(seq, keep=False)
-            seq.emit(EngineError(str(exc)))
+            seq.emit(_failed(str(exc), exc))
             return
         self._active.append(seq)
 

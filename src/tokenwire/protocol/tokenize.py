@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from ._base import RequestModel, ResponseModel
 from .chat import ChatMessage
-from .common import TokenId
+from .common import ResponseWarning, TokenId
 from .render import MessageSpan
 from .tools import Tool
 
@@ -41,7 +41,8 @@ class TokenizeRequest(RequestModel):
 
 
 class TokenizeResponse(ResponseModel):
-    omit_if_none = frozenset({"token_strs", "spans", "sampled_mask", "template_version"})
+    omit_if_none = frozenset({"token_strs", "spans", "sampled_mask", "template_version",
+                              "warnings"})
     tokens: list[int]
     count: int
     max_model_len: int | None
@@ -54,6 +55,8 @@ class TokenizeResponse(ResponseModel):
     """With `messages`: where each message's ids are (as /v1/chat/completions/render)."""
     sampled_mask: list[int] | None = None
     """With `messages`: 1 for each id from an assistant message's `token_ids`."""
+    warnings: list[ResponseWarning] | None = None
+    """With `messages`: what chat would flag in them (e.g. `non_canonical_tokens`)."""
 
 
 class DetokenizeRequest(RequestModel):

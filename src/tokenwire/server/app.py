@@ -85,5 +85,5 @@ def create_app(settings: Settings | None = None, *, models: ModelRegistry | None
     app.state.completions = CompletionService(models, tokenizers, settings, guard, metrics)
     app.state.generate = GenerateService(models, tokenizers, settings, guard, metrics)
     app.state.responses = ResponsesService(models, tokenizers, settings, guard, metrics)
-    app.state.tokenize = TokenizeService(models, tokenizers, settings)
+    app.state.tokenize = TokenizeService(models, tokenizers, settings, guard)
     return app

@@ -54,7 +54,7 @@ class RequestMetrics:
 
         try:
             await self.app(scope, receive, noted)
-        except Exception:
+        except Exception:  # any kind: noted and re-raised, never swallowed
             status = status or 500  # Starlette's outermost handler answers it with a 500
             raise
         finally:

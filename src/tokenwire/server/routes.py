@@ -51,13 +51,17 @@ async def _unless_disconnected(request: Request, work: Awaitable[T]) -> T:
 
     watcher = asyncio.ensure_future(disconnected())
     try:
-        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        done, _ = await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        watcher.cancel()
-    if task.done():
-        return task.result()
-    task.cancel()
-    raise _ClientGone
+        # however the wait ended (the work, the client, this request cancelled), neither task
+        # outlives it: both are cancelled and awaited (their outcome retrieved), so the work's
+        # cleanup (closing what the engine admitted) has run before the response goes out
+        for t in (task, watcher):
+            t.cancel()  # a no-op on the one that is done
+        await asyncio.gather(task, watcher, return_exceptions=True)
+    if task not in done:  # the client went first
+        raise _ClientGone
+    return task.result()
 
 
 def _card(m: ServedModel) -> ModelCard:

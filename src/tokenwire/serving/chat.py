@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config import Settings
-from ..errors import ContentPolicyViolationError, InvalidRequestError, UnsupportedParameterError
+from ..errors import InvalidRequestError, UnsupportedParameterError
 from ..protocol.chat import (
     ChatChoice,
     ChatChunkChoice,
@@ -33,14 +33,11 @@ from .generation import ChoiceUpdate, RunningUsage, run_choices
 from .logprobs import chat_logprobs, prompt_logprobs
 from .messages import (
     Conversation,
-    check_messages,
-    check_tools,
     drift_warnings,
     message_id_spans,
     message_texts,
     render_messages,
     template_variables,
-    tool_texts,
 )
 from .output import Delta
 from .plan import GenerationService, Plan, check_engine_features
@@ -104,11 +101,6 @@ def _check_shape(req: ChatCompletionRequest, settings: Settings) -> None:
             "continue_final_message needs add_generation_prompt false (the prompt cannot both "
             "continue the last message and open a new one)", param="continue_final_message",
             code="invalid_value")
-    check_messages(req.messages)
-    if len(req.messages) > settings.max_messages:
-        raise InvalidRequestError(f"at most {settings.max_messages} messages per request",
-                                  param="messages", code="invalid_value")
-    check_tools(req.tools or [], req.messages)
 
 
 def _tool_deltas(pieces: Sequence[CallPiece]) -> list[DeltaToolCall] | None:
@@ -140,17 +132,13 @@ class ChatService(GenerationService):
             raise UnsupportedParameterError(
                 "tool calls cannot be combined with tokenizer_fallback 'translate' (the ids "
                 "of each call piece would be re-encoded)", param="tokenizer_fallback")
-        check_id_range([*spans, IdSpan("stop_token_ids", req.stop_token_ids or [])],
+        check_id_range([IdSpan("stop_token_ids", req.stop_token_ids or [])],
                        space.client.tokenizer)
         if req.stop_token_ids and space.translate:
             raise UnsupportedParameterError(
                 "stop_token_ids are the model's ids; they cannot be combined with "
                 "tokenizer_fallback 'translate'", param="stop_token_ids")
-        warnings = self._guard.check_ids(spans, space.client.tokenizer)
-        texts = [(f"messages[{i}].content", t)
-                 for i, t in enumerate(message_texts(req.messages, space))]
-        self._guard.check_texts([*texts, *tool_texts(req.tools or [], req.messages)],
-                                "messages")
+        warnings = self._guard.check_conversation(req.messages, req.tools or [], space)
         template = model.chat_template()
         conv = render_messages(req.messages, space, template, tools=req.tools or [],
                                add_generation_prompt=req.add_generation_prompt,
@@ -182,7 +170,8 @@ class ChatService(GenerationService):
             raise UnsupportedParameterError(
                 "logit_bias names the model's ids; it cannot be combined with "
                 "tokenizer_fallback 'translate'", param="logit_bias")
-        echo = texts[-1][1] if req.echo and req.messages[-1].role == "assistant" else ""
+        echo = message_texts(req.messages[-1:], space)[0] \
+            if req.echo and req.messages[-1].role == "assistant" else ""
         return _Plan(req=req, model=model, space=space, conv=conv, constraints=constraints,
                      budget=budget, prompt=prompt, extras=extras, echo=echo,
                      sent_ids=bool(spans),
@@ -368,9 +357,6 @@ class ChatService(GenerationService):
                         finish_reason=plan.finish_reason(u.finish_reason, parser),
                         stop_reason=u.stop_reason if plan.shows_ids else None,
                     )])
-                    if u.finish_reason == "content_filter":
-                        raise ContentPolicyViolationError(
-                            "the output was stopped by the server's content policy")
         finally:
             aclose = getattr(updates, "aclose", None)
             if aclose is not None:

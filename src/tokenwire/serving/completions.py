@@ -14,7 +14,6 @@ from dataclasses import dataclass
 
 from ..engines.base import TokenEvent
 from ..errors import (
-    ContentPolicyViolationError,
     InvalidRequestError,
     UnsupportedParameterError,
 )
@@ -246,9 +245,6 @@ class CompletionService(GenerationService):
                         cached[u.index] = u.cached_tokens
                         yield chunk(c, "", ids=[], finish=u.finish_reason,
                                     stop_reason=u.stop_reason)
-                        if u.finish_reason == "content_filter":
-                            raise ContentPolicyViolationError(
-                                "the output was stopped by the server's content policy")
         finally:
             usage = self._served(plan, plan.usage(completion, cached))
         if req.stream_options is not None and req.stream_options.include_usage:

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 
 from ..engines.base import Grammar, StructuralTag, TokenEvent
 from ..errors import (
-    ContentPolicyViolationError,
     InvalidRequestError,
     UnsupportedParameterError,
 )
@@ -239,9 +238,6 @@ class GenerateService(GenerationService):
         acc = await self._whole(lambda: self._start(plan), req.sampling_params.n)
         usage = self._served(plan, self._usage(plan, sum(a.n_sampled for a in acc),
                                                acc[0].cached_tokens))
-        if any(a.finish_reason == "content_filter" for a in acc):
-            raise ContentPolicyViolationError(
-                "the output was stopped by the server's content policy")
         choices = [self._choice(plan, i, a.ids, a.events, a.finish_reason, a.stop_reason,
                                 a.stop_event) for i, a in enumerate(acc)]
         scored = acc[0].prompt_logprobs if req.sampling_params.prompt_logprobs is not None \
@@ -273,9 +269,6 @@ class GenerateService(GenerationService):
             async for u in updates:
                 if not u.delta and u.finish_reason is None:
                     continue  # prompt logprobs (not streamed, as in vLLM) or an empty step
-                if u.finish_reason == "content_filter":
-                    raise ContentPolicyViolationError(
-                        "the output was stopped by the server's content policy")
                 completion += u.n_sampled
                 if u.index == 0 and u.finish_reason is not None:
                     cached = u.cached_tokens

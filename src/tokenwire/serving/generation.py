@@ -24,7 +24,7 @@ from ..errors import InvalidRequestError, ServiceUnavailableError
 from ..metrics import TokenClock, TokenTimer
 from ..protocol.common import StreamOptions, Usage
 from ..protocol.generate import GenerateStreamOptions
-from ..tokenizers.hf import HFTokenizer
+from ..tokenizers.base import Tokenizer
 from .output import Delta, OutputDecoder
 
 __all__ = ["ChoiceResult", "ChoiceUpdate", "RunningUsage", "collect", "run_choices"]
@@ -166,7 +166,7 @@ async def _close_admitted(tasks: Sequence[asyncio.Future[EventStream]]) -> None:
 
 
 async def run_choices(engine: Engine, jobs: Sequence[tuple[Sequence[int], SamplingParams]],
-                      tokenizer: HFTokenizer, stop: Sequence[str], *,
+                      tokenizer: Tokenizer, stop: Sequence[str], *,
                       token_aligned: bool, output_check: OutputCheck | None = None,
                       keep_stop_token: bool = False, timer: TokenTimer | None = None,
                       include_stop: bool = False, skip_special: bool = False,

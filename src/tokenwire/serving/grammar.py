@@ -317,11 +317,18 @@ class _Converter(llama_grammar.SchemaConverter):
         return str(super()._add_primitive(name, rule))
 
 
+_REFUSALS = (AssertionError, ValueError, KeyError, TypeError, IndexError, RecursionError,
+             re.error)
+"""How llama.cpp's schema converter refuses a schema it cannot convert (its asserts, lookups
+of missing keys, a pattern it cannot parse, a schema nested too deep); anything else is a bug
+here, not the client's schema."""
+
+
 def _visit(conv: Any, schema: Any, name: str, param: str) -> str:
     try:
         resolved = conv.resolve_refs(schema, "")
         return str(conv.visit(resolved, name))
-    except Exception as exc:  # noqa: BLE001 - the converter's own refusals (asserts, ...)
+    except _REFUSALS as exc:
         raise UnsupportedParameterError(f"this schema cannot be turned into a grammar: {exc}",
                                         param=param) from exc
 

@@ -1,5 +1,6 @@
 """What every generating request passes before the engine: the checks on the ids it sends and
-the content policy, one policy for text and token input alike."""
+the content policy, one policy for text and token input alike. A conversation's checks are one
+method, shared by chat and /v1/tokenize (which gives exactly the chat prompt)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,12 @@ from collections.abc import Callable, Sequence
 from ..config import Settings
 from ..errors import ContentPolicyViolationError, InvalidRequestError, NonCanonicalTokensError
 from ..policy import ContentPolicy, Violation
+from ..protocol.chat import ChatMessage
 from ..protocol.common import ResponseWarning
-from ..tokenizers.hf import HFTokenizer
-from .tokens import IdSpan, check_special_ids, is_canonical
+from ..protocol.tools import Tool
+from ..tokenizers.base import Tokenizer
+from .messages import check_messages, check_tools, message_id_spans, message_texts, tool_texts
+from .tokens import IdSpan, TokenSpace, check_id_range, check_special_ids, is_canonical
 
 __all__ = ["RAW_PROMPT_HINT", "Guard"]
 
@@ -24,7 +28,7 @@ class Guard:
         self._settings = settings
         self.policy = policy
 
-    def check_ids(self, spans: Sequence[IdSpan], tokenizer: HFTokenizer, *,
+    def check_ids(self, spans: Sequence[IdSpan], tokenizer: Tokenizer, *,
                   raw_prompt: bool = False, caller_key: str | None = None,
                   ) -> list[ResponseWarning]:
         """Limits, control tokens, canonicality; returns the warnings of `flag` mode.
@@ -33,11 +37,7 @@ class Guard:
         ids, /inference/v1/generate), which carry the template's control ids where the
         deployment allows raw prompts for this caller."""
         s = self._settings
-        total = sum(len(span.ids) for span in spans)
-        if total > s.max_request_token_ids:
-            raise InvalidRequestError(
-                f"this request sends {total} token ids; the limit is {s.max_request_token_ids}",
-                param=spans[0].param.split("[")[0] if spans else None, code="invalid_value")
+        self.check_id_count(spans)
         if raw_prompt:
             if not s.raw_prompts_allowed(caller_key):
                 check_special_ids(spans, tokenizer, hint=RAW_PROMPT_HINT)
@@ -55,6 +55,33 @@ class Guard:
             warnings.append(ResponseWarning(code="non_canonical_tokens", param=span.param,
                                             message=message))
         return warnings
+
+    def check_conversation(self, messages: Sequence[ChatMessage], tools: Sequence[Tool],
+                           space: TokenSpace) -> list[ResponseWarning]:
+        """Everything a chat prompt is checked for before it is rendered: the messages' shape
+        and count, their ids (range, count, control tokens, canonicality) and the content
+        policy on their text and the tools; returns the warnings of `flag` mode."""
+        check_messages(messages)
+        if len(messages) > self._settings.max_messages:
+            raise InvalidRequestError(f"at most {self._settings.max_messages} messages per "
+                                      "request", param="messages", code="invalid_value")
+        check_tools(tools, messages)
+        spans = message_id_spans(messages)
+        check_id_range(spans, space.client.tokenizer)
+        warnings = self.check_ids(spans, space.client.tokenizer)
+        texts = [(f"messages[{i}].content", t)
+                 for i, t in enumerate(message_texts(messages, space))]
+        self.check_texts([*texts, *tool_texts(tools, messages)], "messages")
+        return warnings
+
+    def check_id_count(self, spans: Sequence[IdSpan]) -> None:
+        """At most `max_request_token_ids` ids in one request, all fields together."""
+        total = sum(len(span.ids) for span in spans)
+        limit = self._settings.max_request_token_ids
+        if total > limit:
+            raise InvalidRequestError(
+                f"this request sends {total} token ids; the limit is {limit}",
+                param=spans[0].param.split("[")[0] if spans else None, code="invalid_value")
 
     def check_texts(self, texts: Sequence[tuple[str, str]], whole_param: str) -> None:
         """Each (param, text), then all of them together: content split across blocks or

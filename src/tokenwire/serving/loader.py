@@ -14,6 +14,7 @@ import logging
 
 from ..config import Settings
 from ..engines.registry import EngineSpec, create_engine
+from ..tokenizers.hf import HFTokenizer
 from ..tokenizers.registry import TokenizerRegistry
 from ..tokenizers.source import TokenizerSource, load_tokenizer
 from .models import ServedModel
@@ -51,8 +52,11 @@ async def load_model(settings: Settings, tokenizers: TokenizerRegistry) -> Serve
     entry = tokenizers.register(tok, aliases=[tok.family], chat_template=source.chat_template,
                                 bos_id=source.bos_id, eos_id=source.eos_id,
                                 add_bos=source.add_bos)
-    if entry.tokenizer is not tok:  # the store had this version: one copy (~40 MB), not two
-        source = dataclasses.replace(source, tokenizer=entry.tokenizer)
+    stored = entry.tokenizer
+    # the store had this version: one copy (~40 MB), not two (the engines take the concrete
+    # tokenizer, whose pre-tokenizer they read; the store holds only those)
+    if stored is not tok and isinstance(stored, HFTokenizer):
+        source = dataclasses.replace(source, tokenizer=stored)
     engine = create_engine(settings.engine,
                            EngineSpec(settings, source, await _eog_ids(source, settings)))
     try:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from ..engines.base import Engine
 from ..errors import InvalidRequestError, ModelNotFoundError
-from ..tokenizers.hf import HFTokenizer
+from ..tokenizers.base import Tokenizer
 from ..tokenizers.registry import TokenizerEntry
 from .template import ChatTemplate
 from .toolformat import template_version
@@ -24,7 +24,7 @@ class ServedModel:
     created: int = field(default_factory=lambda: int(time.time()))
 
     @property
-    def tokenizer(self) -> HFTokenizer:
+    def tokenizer(self) -> Tokenizer:
         return self.tokenizer_entry.tokenizer
 
     @property

@@ -32,7 +32,7 @@ from jinja2 import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from ..errors import InvalidRequestError
-from ..tokenizers.hf import HFTokenizer
+from ..tokenizers.base import Tokenizer
 
 __all__ = ["RESERVED", "RESERVED_VARIABLES", "ChatTemplate", "Rendered", "TemplateMessage"]
 
@@ -79,7 +79,7 @@ def _raise(message: str) -> None:
 
 
 class ChatTemplate:
-    def __init__(self, source: str, tokenizer: HFTokenizer, *, bos_id: int | None,
+    def __init__(self, source: str, tokenizer: Tokenizer, *, bos_id: int | None,
                  eos_id: int | None, add_bos: bool):
         env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
                                             extensions=["jinja2.ext.loopcontrols"])

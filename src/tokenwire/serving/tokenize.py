@@ -20,7 +20,8 @@ from ..protocol.tokenize import (
     TokenizerInfo,
 )
 from ..tokenizers.registry import TokenizerEntry, TokenizerRegistry
-from .messages import check_messages, check_tools, message_id_spans, render_messages
+from .guard import Guard
+from .messages import message_id_spans, render_messages
 from .models import ModelRegistry, ServedModel
 from .template import ChatTemplate
 from .tokens import IdSpan, TokenSpace, check_id_range, resolve_token_space
@@ -47,10 +48,12 @@ class Artifact:
 
 
 class TokenizeService:
-    def __init__(self, models: ModelRegistry, tokenizers: TokenizerRegistry, settings: Settings):
+    def __init__(self, models: ModelRegistry, tokenizers: TokenizerRegistry, settings: Settings,
+                 guard: Guard):
         self._models = models
         self._tokenizers = tokenizers
         self._settings = settings
+        self._guard = guard
         self._templates: dict[str, ChatTemplate] = {}
 
     def _target(self, model_name: str | None, version: str | None, *, carries_ids: bool,
@@ -101,9 +104,8 @@ class TokenizeService:
         tok = entry.tokenizer
         extra: dict[str, Any] = {}
         if req.messages is not None:
-            check_messages(req.messages)
-            check_tools(req.tools or [], req.messages)
-            check_id_range(spans, tok)
+            # chat's own checks: the prompt is the chat prompt, or the same refusal
+            warnings = self._guard.check_conversation(req.messages, req.tools or [], space)
             template = self._template(entry, model)
             conv = render_messages(req.messages, space, template, tools=req.tools or [],
                                    add_generation_prompt=req.add_generation_prompt)
@@ -113,6 +115,7 @@ class TokenizeService:
                 else template_version(template),
                 "spans": conv.message_spans(req.messages),
                 "sampled_mask": conv.sampled,
+                "warnings": warnings or None,
             }
         else:
             ids = tok.encode(req.prompt or "")
@@ -128,7 +131,9 @@ class TokenizeService:
     def detokenize(self, req: DetokenizeRequest) -> DetokenizeResponse:
         space, _ = self._target(req.model, req.tokenizer_version, carries_ids=True)
         tok = space.model.tokenizer
-        check_id_range([IdSpan("tokens", req.tokens)], tok)
+        spans = [IdSpan("tokens", req.tokens)]
+        self._guard.check_id_count(spans)
+        check_id_range(spans, tok)
         return DetokenizeResponse(prompt=tok.decode(req.tokens), tokenizer_version=tok.version)
 
     # -- published versions ---------------------------------------------------------------

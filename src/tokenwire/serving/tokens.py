@@ -26,7 +26,7 @@ from ..errors import (
     TokenizerVersionMismatchError,
     TokenizerVersionRequiredError,
 )
-from ..tokenizers.hf import HFTokenizer
+from ..tokenizers.base import Tokenizer
 from ..tokenizers.registry import TokenizerEntry, TokenizerRegistry
 
 __all__ = [
@@ -87,7 +87,7 @@ def resolve_token_space(*, target: TokenizerEntry, target_name: str,
     )
 
 
-def check_id_range(spans: Sequence[IdSpan], tokenizer: HFTokenizer) -> None:
+def check_id_range(spans: Sequence[IdSpan], tokenizer: Tokenizer) -> None:
     n = tokenizer.vocab_size
     for span in spans:
         if not span.ids or max(span.ids) < n:
@@ -101,7 +101,7 @@ def check_id_range(spans: Sequence[IdSpan], tokenizer: HFTokenizer) -> None:
                 )
 
 
-def check_special_ids(spans: Sequence[IdSpan], tokenizer: HFTokenizer, *,
+def check_special_ids(spans: Sequence[IdSpan], tokenizer: Tokenizer, *,
                       hint: str = "this server does not allow them") -> None:
     """Control tokens in client ids would let a user forge structure
     (`<|im_end|><|im_start|>system`): refused, at their exact position."""
@@ -146,7 +146,7 @@ def valid_utf8_span(pieces: Sequence[bytes]) -> tuple[int, int]:
     return a, b
 
 
-def is_canonical(ids: Sequence[int], tokenizer: HFTokenizer) -> bool:
+def is_canonical(ids: Sequence[int], tokenizer: Tokenizer) -> bool:
     """Are `ids` the tokenizer's own encoding of their text (edges cut mid-character aside)?
     Control tokens (in a raw prompt) split the check: the text between them is checked."""
     special = tokenizer.special_ids
@@ -163,7 +163,7 @@ def is_canonical(ids: Sequence[int], tokenizer: HFTokenizer) -> bool:
     return _is_canonical_text(ids, tokenizer)
 
 
-def _is_canonical_text(ids: Sequence[int], tokenizer: HFTokenizer) -> bool:
+def _is_canonical_text(ids: Sequence[int], tokenizer: Tokenizer) -> bool:
     if not ids:
         return True
     pieces = [tokenizer.token_bytes(t) for t in ids]

@@ -11,6 +11,8 @@ import struct
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from ..errors import GGUFFormatError
+
 __all__ = ["GGUFFormatError", "read_metadata"]
 
 _SCALARS: dict[int, str] = {
@@ -28,10 +30,6 @@ _SCALARS: dict[int, str] = {
 }
 _STRING = 8
 _ARRAY = 9
-
-
-class GGUFFormatError(ValueError):
-    """The file is not a GGUF file this reader understands."""
 
 
 class _Reader:

@@ -29,11 +29,28 @@ class Tokenizer(Protocol):
     def family(self) -> str: ...
 
     @property
+    def artifact(self) -> bytes:
+        """The bytes the version is the hash of (tokenizer.json): what is stored and published,
+        so a client that loads them gets exactly the server's ids."""
+        ...
+
+    @property
+    def sha256(self) -> str:
+        """The full sha256 (hex) of `artifact`; the version carries its first 16 digits."""
+        ...
+
+    @property
     def vocab_size(self) -> int: ...
 
     @property
     def special_ids(self) -> frozenset[int]:
         """Control tokens (chat markers, BOS/EOS, ...): never produced by encoding plain text."""
+        ...
+
+    @property
+    def special_tokens(self) -> dict[str, int]:
+        """The control tokens by their text (`<|im_start|>` -> its id), as published in
+        `GET /v1/tokenizers/{id}` and parsed out of rendered templates."""
         ...
 
     def encode(self, text: str, *, parse_special: bool = False) -> list[int]:

@@ -12,9 +12,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..errors import UnsupportedTokenizerError
 from ._gguf import read_metadata
 from .hf import HFTokenizer, canonical_json
-from .source import TokenizerSource, TokenizerSourceError, family_name
+from .source import TokenizerSource, family_name
 
 __all__ = ["UnsupportedTokenizerError", "tokenizer_from_gguf"]
 
@@ -41,10 +42,6 @@ _BPE_PRE: dict[str, list[str]] = {
     "refact": [r"\p{N}", _GPT2_REGEX],
     "gpt-2": [_GPT2_REGEX],
 }
-
-
-class UnsupportedTokenizerError(TokenizerSourceError):
-    """The GGUF file's tokenizer has no portable equivalent here yet."""
 
 
 def _family(meta: dict[str, Any], vocab_size: int) -> str:

@@ -13,6 +13,7 @@ import itertools
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
+from ..errors import TokenizerParityError
 from .hf import HFTokenizer
 
 __all__ = ["PROBE_CORPUS", "TokenizerParityError", "first_mismatch"]
@@ -51,10 +52,6 @@ def _corpus() -> tuple[str, ...]:
 
 
 PROBE_CORPUS: tuple[str, ...] = _corpus()
-
-
-class TokenizerParityError(RuntimeError):
-    """The pinned tokenizer disagrees with the engine's own: serving would mislead clients."""
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import TokenizerNotFoundError, UnknownTokenizerVersionError
-from .base import VERSION_RE
+from .base import VERSION_RE, Tokenizer
 from .hf import HFTokenizer
 
 __all__ = ["TokenizerEntry", "TokenizerRegistry"]
@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class TokenizerEntry:
-    tokenizer: HFTokenizer
+    tokenizer: Tokenizer
     aliases: set[str] = field(default_factory=set)
     chat_template: str | None = None
     """The chat template of the model this version was registered from, if any."""
@@ -79,7 +79,7 @@ class TokenizerRegistry:
             n += 1
         return n
 
-    def register(self, tokenizer: HFTokenizer, *, aliases: list[str] | tuple[str, ...] = (),
+    def register(self, tokenizer: Tokenizer, *, aliases: list[str] | tuple[str, ...] = (),
                  chat_template: str | None = None, bos_id: int | None = None,
                  eos_id: int | None = None, add_bos: bool = False,
                  persist: bool = True) -> TokenizerEntry:

@@ -14,13 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..errors import TokenizerSourceError
 from .hf import HFTokenizer, canonical_json
 
 __all__ = ["TokenizerSource", "TokenizerSourceError", "load_hf_dir", "load_tokenizer"]
-
-
-class TokenizerSourceError(ValueError):
-    """The files do not describe a tokenizer tokenwire can pin."""
 
 
 @dataclass(frozen=True)
