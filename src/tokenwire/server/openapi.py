@@ -52,8 +52,7 @@ class Endpoint:
     response: type[BaseModel] | None = None
     """The JSON body of a success (200, or each of `response_status`)."""
     stream: type[BaseModel] | None = None
-    """With `"stream": true`: a text/event-stream of these, one per `data:` line, then
-    `data: [DONE]`."""
+    """With `"stream": true`: a text/event-stream of these, one per event, then `[DONE]`."""
     errors: tuple[int, ...] = ()
     """Statuses answered with an ErrorResponse, besides 401 (every route but /health, when keys
     are set) and 413 (every body)."""
@@ -149,6 +148,20 @@ NOT_DOCUMENTED: dict[str, str] = {
 _PARAM = re.compile(r"\{(\w+)(?::\w+)?\}")
 
 
+def _event(chunk: dict[str, Any], error: dict[str, Any]) -> dict[str, Any]:
+    """One server-sent event (OpenAPI 3.1 describes a stream by its events): a chunk, an error
+    after the first chunk (the status is sent by then), or the closing `[DONE]`."""
+    return {"type": "object", "required": ["data"], "properties": {"data": {
+        "anyOf": [
+            {"type": "string", "contentMediaType": "application/json",
+             "contentSchema": {"anyOf": [chunk, error]}},
+            {"const": "[DONE]"},
+        ],
+        "description": "`data: <chunk>` per event, then `data: [DONE]`; an error after the first "
+                       "event comes in-band as `data: <ErrorResponse>`, then `[DONE]`.",
+    }}}
+
+
 def _operation(route: Route, ep: Endpoint, refs: Mapping[type[Any], Any]) -> dict[str, Any]:
     def json_body(model: type[BaseModel]) -> dict[str, Any]:
         return {"schema": refs[model]}
@@ -159,12 +172,7 @@ def _operation(route: Route, ep: Endpoint, refs: Mapping[type[Any], Any]) -> dic
         if ep.response is not None:
             content["application/json"] = json_body(ep.response)
         if ep.stream is not None:
-            content["text/event-stream"] = {
-                "schema": {"type": "string", "description": (
-                    f"Server-sent events: `data: <{ep.stream.__name__}>` per event, then "
-                    "`data: [DONE]`; an error after the first event comes in-band as "
-                    "`data: <ErrorResponse>`.")},
-                "x-tokenwire-event": refs[ep.stream]}
+            content["text/event-stream"] = {"schema": _event(refs[ep.stream], refs[ErrorResponse])}
         if content:
             responses[str(status)] = {"description": HTTPStatus(status).phrase, "content": content}
     responses.update(ep.raw)
@@ -187,7 +195,9 @@ def _operation(route: Route, ep: Endpoint, refs: Mapping[type[Any], Any]) -> dic
     if ep.request is not None:
         body = json_body(ep.request)
         if ep.example is not None:
-            body["example"] = ep.example
+            body["examples"] = {"whole": {"value": ep.example}}
+            if ep.stream is not None:
+                body["examples"]["stream"] = {"value": {**ep.example, "stream": True}}
         op["requestBody"] = {"required": True, "content": {"application/json": body}}
     op["responses"] = responses
     return op
