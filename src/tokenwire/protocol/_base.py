@@ -1,7 +1,11 @@
-"""Base classes of every wire model (server and client share them)."""
+"""Base classes of every wire model (server and client share them).
+
+The docstring under a field is its `description` in the JSON schema (GET /openapi.json).
+"""
 
 from __future__ import annotations
 
+import copy
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer
@@ -9,11 +13,35 @@ from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model
 __all__ = ["RequestModel", "ResponseModel"]
 
 
+def _neutral_only(schema: dict[str, Any], cls: type[BaseModel]) -> None:
+    """A field tokenwire does not implement (a request model's `unsupported`, field -> values
+    that mean "off") accepts only those values, and its schema says so."""
+    unsupported: dict[str, tuple[Any, ...]] = getattr(cls, "unsupported", {})
+    for name, neutral in unsupported.items():
+        key = cls.model_fields[name].alias or name
+        old = schema["properties"][key]
+        schema["properties"][key] = {
+            **{k: old[k] for k in ("title", "default") if k in old},
+            "enum": copy.deepcopy(list(neutral)),
+            "description": "Not implemented by tokenwire: only the values that leave it off "
+                           "are accepted; any other is a 400 `unsupported_parameter`.",
+        }
+
+
 class RequestModel(BaseModel):
     """A request body: unknown fields are errors, and JSON types are not coerced
     (`"1"` is not an int, `1` is not a bool), so nothing a client sent is silently altered."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, use_attribute_docstrings=True,
+                              json_schema_extra=_neutral_only)
+
+
+def _always_sent(schema: dict[str, Any], cls: type[BaseModel]) -> None:
+    """A response's schema requires every field but those left out when None: the serializer
+    writes them all, defaults included."""
+    omitted: frozenset[str] = getattr(cls, "omit_if_none", frozenset())
+    schema["required"] = [f.alias or name for name, f in cls.model_fields.items()
+                          if name not in omitted]
 
 
 class ResponseModel(BaseModel):
@@ -23,7 +51,8 @@ class ResponseModel(BaseModel):
     OpenAI request gets a plain OpenAI response: list them in `omit_if_none`.
     """
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", use_attribute_docstrings=True,
+                              json_schema_extra=_always_sent)
     omit_if_none: ClassVar[frozenset[str]] = frozenset()
 
     @model_serializer(mode="wrap")

@@ -7,7 +7,15 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import BeforeValidator, Discriminator, Field, Tag
 
 from ._base import RequestModel, ResponseModel
-from .common import PromptLogprob, ResponseWarning, StreamOptions, TokenId, TokenLogprob, Usage
+from .common import (
+    PromptLogprob,
+    ResponseWarning,
+    Stop,
+    StreamOptions,
+    TokenId,
+    TokenLogprob,
+    Usage,
+)
 from .sampling import VllmSamplingFields
 from .tools import (
     DeltaToolCall,
@@ -133,7 +141,7 @@ class ChatCompletionRequest(VllmSamplingFields):
     seed: int | None = None
     max_tokens: Annotated[int, Field(ge=1)] | None = None
     max_completion_tokens: Annotated[int, Field(ge=1)] | None = None
-    stop: Annotated[list[str], BeforeValidator(_listify), Field(max_length=4)] | None = None
+    stop: Stop | None = None
     """One string or up to four: generation ends before the first occurrence of any."""
     n: Annotated[int, Field(ge=1)] = 1
     stream: bool = False

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, StrictInt
+from pydantic import BeforeValidator, Field, StrictInt, WithJsonSchema
 
 from ._base import RequestModel, ResponseModel
 
@@ -21,11 +21,28 @@ __all__ = [
     "TokenId",
     "TokenLogprob",
     "Usage",
+    "Stop",
+    "StopStrings",
+    "Version",
 ]
 
 #: A token id as a client may send it: a JSON integer, not negative. The upper bound depends on
 #: the tokenizer version and is checked by serving code.
 TokenId = Annotated[StrictInt, Field(ge=0)]
+
+
+def _listify(v: Any) -> Any:
+    return [v] if isinstance(v, str) else v
+
+
+_ONE_OR_MANY = {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]}
+
+#: a `stop` field: one string or a list of them, read as a list (the schema says both, as
+#: OpenAI's does); `Stop` holds at most four, as OpenAI's
+StopStrings = Annotated[list[str], BeforeValidator(_listify), WithJsonSchema(_ONE_OR_MANY)]
+Stop = Annotated[list[str], BeforeValidator(_listify), Field(max_length=4), WithJsonSchema(
+    {"anyOf": [{"type": "string"},
+               {"type": "array", "items": {"type": "string"}, "maxItems": 4}]})]
 
 
 class StreamOptions(RequestModel):
@@ -123,6 +140,12 @@ class ModelCard(ResponseModel):
 class ModelList(ResponseModel):
     object: Literal["list"] = "list"
     data: list[ModelCard]
+
+
+class Version(ResponseModel):
+    """vLLM's `GET /version`."""
+
+    version: str
 
 
 class ErrorInfo(ResponseModel):

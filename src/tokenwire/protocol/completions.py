@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BeforeValidator, Discriminator, Field, Tag
+from pydantic import Discriminator, Field, Tag
 
 from ._base import ResponseModel
-from .common import ResponseWarning, StreamOptions, TokenId, Usage
+from .common import ResponseWarning, Stop, StreamOptions, TokenId, Usage
 from .sampling import VllmSamplingFields
 
 __all__ = [
@@ -71,7 +71,7 @@ class CompletionRequest(VllmSamplingFields):
     n: Annotated[int, Field(ge=1)] = 1
     stream: bool = False
     stream_options: StreamOptions | None = None
-    stop: Annotated[list[str], BeforeValidator(_listify), Field(max_length=4)] | None = None
+    stop: Stop | None = None
     seed: int | None = None
     presence_penalty: Annotated[float, Field(ge=-2, le=2)] = 0.0
     frequency_penalty: Annotated[float, Field(ge=-2, le=2)] = 0.0

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BeforeValidator, Field, StrictInt
+from pydantic import Field, StrictInt
 
 from ._base import RequestModel, ResponseModel
-from .common import ResponseWarning, TokenId, Usage
+from .common import ResponseWarning, StopStrings, TokenId, Usage
 
 __all__ = [
     "StructuredOutputs",
@@ -75,7 +75,7 @@ class GenerateSamplingParams(RequestModel):
     """None: as many as the context leaves (vLLM 0.22+)."""
     presence_penalty: Annotated[float, Field(ge=-2, le=2)] = 0.0
     frequency_penalty: Annotated[float, Field(ge=-2, le=2)] = 0.0
-    stop: Annotated[list[str], BeforeValidator(_listify)] | None = None
+    stop: StopStrings | None = None
     """Stop strings; the token that completes one is the last in `token_ids` (vLLM's rule)."""
     stop_token_ids: list[TokenId] | None = None
     ignore_eos: bool = False

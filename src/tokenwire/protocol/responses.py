@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import ConfigDict, Discriminator, Field, Tag
+from pydantic import ConfigDict, Discriminator, Field, RootModel, Tag
 
 from ._base import RequestModel, ResponseModel
 from .common import ResponseWarning, TokenId, TokenLogprob
@@ -47,6 +47,7 @@ __all__ = [
     "ResponseErrorInfo",
     "ResponseEvent",
     "ResponseLifecycleEvent",
+    "ResponseStreamEvent",
     "ResponseUsage",
     "ResponsesRequest",
     "TextConfig",
@@ -509,3 +510,8 @@ class ArgumentsDoneEvent(_Event):
 
 ResponseEvent = (ResponseLifecycleEvent | OutputItemEvent | ContentPartEvent | TextDeltaEvent
                  | TextDoneEvent | ArgumentsDeltaEvent | ArgumentsDoneEvent)
+
+
+class ResponseStreamEvent(RootModel[ResponseEvent]):
+    """One typed event of a Responses stream (`event: <type>`, `data: <this>`), as a model: what
+    the served schema describes each event's data with."""

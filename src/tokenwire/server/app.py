@@ -22,6 +22,7 @@ from ..serving.models import ModelRegistry
 from ..serving.responses import ResponsesService
 from ..serving.tokenize import TokenizeService
 from ..tokenizers.registry import TokenizerRegistry
+from .docs import docs_routes
 from .errors import exception_handlers
 from .middleware import ApiKeyAuth, BodyLimit, RequestMetrics
 from .routes import routes
@@ -68,11 +69,12 @@ def create_app(settings: Settings | None = None, *, models: ModelRegistry | None
             for m in models.all():
                 await m.engine.aclose()
 
+    served = [*routes, *docs_routes]
     app = Starlette(
-        routes=routes, exception_handlers=exception_handlers, lifespan=lifespan,
+        routes=served, exception_handlers=exception_handlers, lifespan=lifespan,
         # outermost first: every answer is counted, refusals included; a request without a
         # valid key is refused before its body is read
-        middleware=[Middleware(RequestMetrics, metrics=metrics, routes=routes),
+        middleware=[Middleware(RequestMetrics, metrics=metrics, routes=served),
                     Middleware(ApiKeyAuth, keys=settings.api_keys),
                     Middleware(BodyLimit, max_bytes=settings.max_body_bytes)],
     )

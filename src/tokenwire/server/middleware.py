@@ -18,7 +18,10 @@ from .errors import render_error
 
 __all__ = ["API_KEY_STATE", "ApiKeyAuth", "BodyLimit", "RequestMetrics"]
 
-OPEN_PATHS = frozenset({"/health", "/ping"})  # probes (vLLM's /ping is SageMaker's)
+OPEN_PATHS = frozenset({"/health", "/ping", "/openapi.json", "/docs"})
+"""Served without a key: the probes (vLLM's /ping is SageMaker's), and the API's description
+(a browser cannot send one)."""
+OPEN_PREFIXES = ("/docs/assets/",)
 API_KEY_STATE = "api_key"
 """`request.state.api_key`: the key a request was authenticated with."""
 
@@ -63,7 +66,8 @@ class RequestMetrics:
 
 
 class ApiKeyAuth:
-    """`Authorization: Bearer <key>` on every route but the probes, when keys are configured."""
+    """`Authorization: Bearer <key>` on every route but the open ones, when keys are
+    configured."""
 
     def __init__(self, app: ASGIApp, keys: list[str]):
         self.app = app
@@ -86,7 +90,9 @@ class ApiKeyAuth:
             return
         header = dict(scope["headers"]).get(b"authorization", b"")
         key = self._match(header)
-        if scope["path"] in OPEN_PATHS:  # open, but a valid key still says who is asking
+        path = scope["path"]
+        if path in OPEN_PATHS or path.startswith(OPEN_PREFIXES):
+            # open, but a valid key still says who is asking
             if key is not None:
                 scope.setdefault("state", {})[API_KEY_STATE] = key.decode()
             await self.app(scope, receive, send)

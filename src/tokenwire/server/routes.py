@@ -9,15 +9,16 @@ from typing import TypeVar
 
 from pydantic import BaseModel
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from .. import __version__
 from ..metrics import CONTENT_TYPE, Metrics
 from ..protocol.chat import ChatCompletionRequest
-from ..protocol.common import ModelCard, ModelList
+from ..protocol.common import ModelCard, ModelList, Version
 from ..protocol.completions import CompletionRequest
 from ..protocol.generate import GenerateRequest
+from ..protocol.health import Health, ModelHealth
 from ..protocol.responses import ResponsesRequest
 from ..protocol.tokenize import DetokenizeRequest, TokenizeRequest, TokenizerList
 from ..serving.chat import ChatService
@@ -191,10 +192,10 @@ async def health(request: Request) -> Response:
     report = {m.id: m.engine.health() for m in models.all()}
     ok = bool(report) and all(h.ok for h in report.values())
     trusted = not request.app.state.settings.api_keys or _caller(request).api_key is not None
-    detail = {name: dataclasses.asdict(h) for name, h in report.items()
-              if trusted and (h.replicas or not h.ok)}
-    body = {"status": "ok" if ok else "unavailable", **({"models": detail} if detail else {})}
-    return JSONResponse(body, status_code=200 if ok else 503)
+    detail = {name: ModelHealth.model_validate(dataclasses.asdict(h))
+              for name, h in report.items() if trusted and (h.replicas or not h.ok)}
+    body = Health(status="ok" if ok else "unavailable", models=detail or None)
+    return ModelResponse(body, status_code=200 if ok else 503)
 
 
 async def ping(request: Request) -> Response:
@@ -203,7 +204,7 @@ async def ping(request: Request) -> Response:
 
 
 async def version(request: Request) -> Response:
-    return JSONResponse({"version": __version__})
+    return ModelResponse(Version(version=__version__))
 
 
 async def tokenizer_info(request: Request) -> Response:
