@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -77,6 +78,64 @@ async def _serve_async(settings: Settings, config: uvicorn.Config) -> int:
     return 0
 
 
+class _UsageError(Exception):
+    """A bad argument: one line on stderr, exit 2 (as argparse's own)."""
+
+
+def _reason(exc: BaseException) -> str:
+    """An OS-level failure in words: `[Errno 111] Connection refused` -> `connection refused`."""
+    text = re.sub(r"^\[Errno -?\d+\]\s*", "", str(exc).strip()) or type(exc).__name__
+    return text[:1].lower() + text[1:]
+
+
+def _explain(exc: Exception, args: argparse.Namespace) -> str:
+    """A client-side failure as one line that names the flag to change."""
+    import httpx
+    from pydantic import ValidationError
+
+    from .errors import (
+        APIConnectionError,
+        AuthenticationError,
+        ModelNotFoundError,
+        NotFoundError,
+        TokenizerNotFoundError,
+        UnknownTokenizerVersionError,
+    )
+
+    server = args.server
+    has_v1 = server.rstrip("/").endswith("/v1")
+    if isinstance(exc, APIConnectionError):
+        cause = exc.__cause__
+        if isinstance(cause, httpx.UnsupportedProtocol):
+            return f"{server!r} is not an http:// or https:// URL (--server " \
+                   "http://HOST:PORT/v1)"
+        if isinstance(cause, httpx.TimeoutException):
+            return f"{server} did not answer in time: is it a tokenwire server? (--server)"
+        if isinstance(cause, httpx.ConnectError):
+            return f"cannot reach {server}: {_reason(cause)} — is `tokenwire serve` running " \
+                   "there? (--server)"
+        return f"the connection to {server} failed: {_reason(cause or exc)} (--server)"
+    if isinstance(exc, AuthenticationError):
+        if args.api_key is None:
+            return f"{server} needs an API key: pass it with --api-key"
+        return f"{server} refused the API key: {exc} (--api-key)"
+    if isinstance(exc, ModelNotFoundError):
+        return f"{exc} (--model)"
+    if isinstance(exc, TokenizerNotFoundError | UnknownTokenizerVersionError):
+        return f"{exc} (--tokenizer-version)"
+    if isinstance(exc, NotFoundError | ValidationError | ValueError) or \
+            getattr(exc, "code", "") is None:
+        # a route that is not there, or an answer that is not ours (an error without an
+        # OpenAI-shaped body has no code): not tokenwire's API root
+        origin = httpx.URL(server).copy_with(path="/", query=None, fragment=None)
+        hint = f"the base URL ends in /v1: --server {str(origin).rstrip('/')}/v1" \
+            if not has_v1 else "is --server a tokenwire server's base URL?"
+        what = "has no tokenwire API" if isinstance(exc, NotFoundError) else \
+            "did not answer as a tokenwire server"
+        return f"{server} {what} ({hint})"
+    return f"{server}: {exc}"
+
+
 def _client(args: argparse.Namespace) -> Client:
     from .client import Client
 
@@ -91,7 +150,14 @@ def _local(path: Path) -> HFTokenizer:
     """A local tokenizer.json; its version reads `local@sha256:...` (its family is unknown)."""
     from .tokenizers.hf import HFTokenizer
 
-    return HFTokenizer(path.read_bytes(), family="local")
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise _UsageError(f"cannot read --artifact {str(path)!r}: {_reason(exc)}") from exc
+    try:
+        return HFTokenizer(data, family="local")
+    except Exception as exc:  # the tokenizers library's own error types
+        raise _UsageError(f"--artifact {str(path)!r} is not a tokenizer.json: {exc}") from exc
 
 
 def _tokenize(args: argparse.Namespace) -> int:
@@ -115,9 +181,13 @@ def _tokenize(args: argparse.Namespace) -> int:
 
 def _parse_ids(values: Sequence[str]) -> list[int]:
     joined = " ".join(values).strip()
-    if joined.startswith("["):
-        return [int(x) for x in json.loads(joined)]
-    return [int(x) for x in joined.replace(",", " ").split()]
+    try:
+        if joined.startswith("["):
+            return [int(x) for x in json.loads(joined)]
+        return [int(x) for x in joined.replace(",", " ").split()]
+    except (ValueError, TypeError) as exc:
+        raise _UsageError(f"ids must be integers (space/comma separated, or a JSON array): "
+                          f"{joined[:60]!r}") from exc
 
 
 def _detokenize(args: argparse.Namespace) -> int:
@@ -216,8 +286,26 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from pydantic import ValidationError
+
+    from .errors import TokenwireError
+
     args = _parser().parse_args(argv)
-    return int(args.func(args))
+    try:
+        return int(args.func(args))
+    except _UsageError as exc:
+        print(f"tokenwire {args.command}: {exc}", file=sys.stderr)
+        return 2
+    except (TokenwireError, ValidationError, ValueError) as exc:
+        if not hasattr(args, "server"):
+            raise
+        # what a server (or a URL that is not one) answered: no traceback, the flag to fix
+        why = str(exc) if getattr(args, "artifact", None) else _explain(exc, args)
+        print(f"tokenwire {args.command}: {why}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":
