@@ -453,10 +453,12 @@ async def test_without_the_prefix_cache_every_prompt_is_computed_as_alone(
     assert [(t.token_id, t.logprob) for t in again] == [(t.token_id, t.logprob) for t in first]
 
 
-async def test_a_cache_salt_isolates_the_prefix_cache(engine: LlamaCppEngine, prompt_of) -> None:  # type: ignore[no-untyped-def]
+async def test_a_cache_salt_isolates_the_prefix_cache(engine: LlamaCppEngine,  # type: ignore[no-untyped-def]
+                                                      gguf_info) -> None:
     """A salted request reuses only prefixes its own salt computed (vLLM's `cache_salt`): no
-    tenant can time another's cached prompt; greedy ids are the same either way."""
-    p = prompt_of("Which planet is the largest? Answer in one word.")
+    tenant can time another's cached prompt; greedy ids are the same either way. (A raw
+    prompt no other test sends: chat prompts share the template's system prompt.)"""
+    p = gguf_info.tokenizer.encode("Zebras of planet Quorx-7 count in base eleven: one, two,")
     out, first = await run(engine, p, cache_salt="a")
     assert first.cached_tokens == 0
     for salt in (None, "b"):
