@@ -52,11 +52,11 @@ from .tokens import IdSpan, check_id_range
 from .toolformat import HERMES
 from .toolparser import CallPiece, ParsedDelta, ToolCallParser
 
-__all__ = ["ChatService"]
+__all__ = ["ChatPlan", "ChatService"]
 
 
 @dataclass(kw_only=True)
-class _Plan(Plan):
+class ChatPlan(Plan):
     req: ChatCompletionRequest
     conv: Conversation
     constraints: Constraints
@@ -119,7 +119,7 @@ def _tool_deltas(pieces: Sequence[CallPiece]) -> list[DeltaToolCall] | None:
 
 
 class ChatService(GenerationService):
-    def plan(self, req: ChatCompletionRequest) -> _Plan:
+    def plan(self, req: ChatCompletionRequest) -> ChatPlan:
         """Everything checked and the prompt built; nothing has reached the engine yet."""
         _check_shape(req, self._settings)
         model = self._models.get(req.model)
@@ -172,14 +172,18 @@ class ChatService(GenerationService):
                 "tokenizer_fallback 'translate'", param="logit_bias")
         echo = message_texts(req.messages[-1:], space)[0] \
             if req.echo and req.messages[-1].role == "assistant" else ""
-        return _Plan(req=req, model=model, space=space, conv=conv, constraints=constraints,
+        return ChatPlan(req=req, model=model, space=space, conv=conv, constraints=constraints,
                      budget=budget, prompt=prompt, extras=extras, echo=echo,
                      sent_ids=bool(spans),
                      shows_ids=bool(req.response_format_tokens) or req.return_token_ids,
                      id=f"chatcmpl-{req.request_id or uuid.uuid4().hex}",
                      warnings=warnings or None)
 
-    async def _start(self, plan: _Plan) -> AsyncGenerator[ChoiceUpdate, None]:
+    async def updates(self, plan: ChatPlan) -> AsyncGenerator[ChoiceUpdate, None]:
+        """Admit a plan's choices; their updates (what the Responses API renders instead)."""
+        return await self._start(plan)
+
+    async def _start(self, plan: ChatPlan) -> AsyncGenerator[ChoiceUpdate, None]:
         req = plan.req
         params = choice_params(
             n=req.n, max_tokens=plan.budget, temperature=req.temperature, top_p=req.top_p,
@@ -293,7 +297,7 @@ class ChatService(GenerationService):
         updates = await self._start(plan)
         return self._chunks(plan, updates)
 
-    async def _chunks(self, plan: _Plan, updates: AsyncIterator[ChoiceUpdate],
+    async def _chunks(self, plan: ChatPlan, updates: AsyncIterator[ChoiceUpdate],
                       ) -> AsyncIterator[ChatCompletionChunk]:
         req = plan.req
         env = plan.envelope()

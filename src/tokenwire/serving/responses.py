@@ -52,8 +52,7 @@ from ..protocol.responses import (
     TextDoneEvent,
 )
 from ..tokenizers.registry import TokenizerRegistry
-from .chat import ChatService
-from .chat import _Plan as ChatPlan
+from .chat import ChatPlan, ChatService
 from .generation import ChoiceUpdate
 from .guard import Guard
 from .logprobs import chat_logprobs
@@ -300,7 +299,7 @@ class ResponsesService(GenerationService):
 
     async def _updates(self, plan: ChatPlan, pm: ParamMap) -> AsyncGenerator[ChoiceUpdate, None]:
         try:
-            return await self._chat._start(plan)
+            return await self._chat.updates(plan)
         except TokenwireError as exc:
             pm.translate(exc)
             raise
