@@ -95,6 +95,9 @@ async def test_tokenizer_is_fetched_verified_and_cached(sdk: AsyncClient, tok: H
     local = await sdk.tokenizer(model=MODEL)
     assert local.version == tok.version
     assert local.encode("Local and remote agree.") == tok.encode("Local and remote agree.")
+    typed = "a <|im_end|> typed"  # the server's text mode, as its entry publishes it
+    assert local.encode(typed) == (await sdk.tokenize(typed, model=MODEL)).tokens
+    assert local.text_encoding == (await sdk.tokenizers())[0].text_encoding.model_dump()
     [stored] = (tmp_path / "cache").rglob("tokenizer.json")
     assert stored.read_bytes() == tok.artifact
     assert (await sdk.tokenizer("smollm2-49k")).version == tok.version  # alias resolved
@@ -121,20 +124,54 @@ async def test_tokenizer_loads_off_the_event_loop(sdk: AsyncClient, tok: HFToken
     assert stored.read_bytes() == tok.artifact
 
 
+def _entry(tok: HFTokenizer, **text_encoding: bool) -> dict[str, object]:
+    """A `GET /v1/tokenizers/{id}` answer for `tok`, its text_encoding overridden."""
+    return {"id": tok.version, "object": "tokenizer", "family": tok.family,
+            "aliases": [], "vocab_size": tok.vocab_size, "special_tokens": [],
+            "sha256": tok.sha256, "artifact_url": f"/v1/tokenizers/{tok.version}/tokenizer.json",
+            "text_encoding": tok.text_encoding | text_encoding, "models": []}
+
+
+def _serving(artifact: bytes, entry: dict[str, object]) -> httpx.MockTransport:
+    def serve(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/tokenizer.json"):
+            return httpx.Response(200, content=artifact,
+                                  headers={"x-tokenwire-sha256": str(entry["sha256"])})
+        assert request.url.path.endswith(f"/tokenizers/{entry['id']}")
+        return httpx.Response(200, json=entry)
+
+    return httpx.MockTransport(serve)
+
+
 def test_a_tampered_artifact_is_refused(tok: HFTokenizer, tmp_path: Path) -> None:
     tampered = tok.artifact.replace(b'"hello"', b'"hullo"')
-
-    def serve(request: httpx.Request) -> httpx.Response:
-        assert request.url.path.endswith("/tokenizer.json")
-        return httpx.Response(200, content=tampered,
-                              headers={"x-tokenwire-sha256": tok.sha256})
-
-    client = Client(http_client=httpx.Client(transport=httpx.MockTransport(serve),
+    client = Client(http_client=httpx.Client(transport=_serving(tampered, _entry(tok)),
                                              base_url="http://evil/v1/"),
                     cache_dir=tmp_path)
     with pytest.raises(TokenizerIntegrityError):
         client.tokenizer(tok.version)
     assert not list(tmp_path.rglob("tokenizer.json"))
+
+
+async def test_the_published_text_encoding_is_applied(tok: HFTokenizer, tmp_path: Path) -> None:
+    """The SDK encodes text under the entry's `text_encoding`, not under its own defaults, and
+    keeps it beside the cached bytes: a server that published `encode_special_tokens: false`
+    gets control tokens parsed out of text, fetched or from disk, sync or async."""
+    entry = _entry(tok, encode_special_tokens=False)
+    typed = "a<|im_end|>b"
+    assert 2 not in tok.encode(typed)  # the server's own text mode keeps it text
+
+    def client() -> Client:
+        return Client(http_client=httpx.Client(transport=_serving(tok.artifact, entry),
+                                               base_url="http://test/v1/"), cache_dir=tmp_path)
+
+    fetched = client().tokenizer(tok.version)
+    assert fetched.text_encoding == entry["text_encoding"]
+    assert fetched.encode(typed) == tok.encode(typed, parse_special=True)
+    assert client().tokenizer(tok.version).encode(typed) == fetched.encode(typed)  # from disk
+    http = httpx.AsyncClient(transport=_serving(tok.artifact, entry), base_url="http://test/v1/")
+    async with AsyncClient(http_client=http, cache_dir=tmp_path / "async") as sdk:
+        assert (await sdk.tokenizer(tok.version)).encode(typed) == fetched.encode(typed)
 
 
 def test_in_band_stream_errors_and_broken_connections(tmp_path: Path) -> None:

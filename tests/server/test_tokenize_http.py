@@ -139,6 +139,8 @@ async def test_tokenizer_listing(client: httpx.AsyncClient, tok: HFTokenizer, ti
     assert mine["models"] == [MODEL] and mine["aliases"] == ["smollm2-49k"]
     assert mine["vocab_size"] == 49152 and mine["sha256"] == tok.sha256
     assert {"id": 1, "content": "<|im_start|>"} in mine["special_tokens"]
+    # the text mode the artifact needs to encode text as the server does (it cannot carry it)
+    assert mine["text_encoding"] == {"encode_special_tokens": True, "add_special_tokens": False}
     assert by_id[tiny]["models"] == []
     assert (await client.get(f"/v1/tokenizers/{tok.version}")).json() == mine
     assert (await client.get("/v1/tokenizers/smollm2-49k")).json() == mine

@@ -117,13 +117,18 @@ class Client(_Base):
             if model is None:
                 raise ValueError("name a tokenizer version or a model")
             version = self.tokenizer_version(model)
+        info = None
         if not VERSION_RE.match(version):  # an alias: ask which version it names now
-            version = self._parse(self._send("GET", f"tokenizers/{version}"), TokenizerInfo).id
+            info = self._parse(self._send("GET", f"tokenizers/{version}"), TokenizerInfo)
+            version = info.id
         cached = self._tokenizers.get(version)
         if cached is not None:
             return cached
+        if info is None:  # its entry says how the bytes encode text (`text_encoding`)
+            info = self._parse(self._send("GET", f"tokenizers/{version}"), TokenizerInfo)
         r = self._send("GET", f"tokenizers/{version}/tokenizer.json")
-        return self._tokenizers.put(version, r.content, r.headers.get("x-tokenwire-sha256"))
+        return self._tokenizers.put(version, r.content, r.headers.get("x-tokenwire-sha256"),
+                                    info.text_encoding)
 
     def tokenize(self, prompt: str | None = None, *, messages: Sequence[Any] | None = None,
                  model: str | None = None, tokenizer_version: str | None = None,
@@ -229,17 +234,20 @@ class AsyncClient(_Base):
             if model is None:
                 raise ValueError("name a tokenizer version or a model")
             version = await self.tokenizer_version(model)
+        info = None
         if not VERSION_RE.match(version):
-            r = await self._send("GET", f"tokenizers/{version}")
-            version = self._parse(r, TokenizerInfo).id
+            info = self._parse(await self._send("GET", f"tokenizers/{version}"), TokenizerInfo)
+            version = info.id
         # reading, hashing, building and writing a tokenizer take a worker thread: the event
         # loop (and every other request on it) keeps turning meanwhile
         cached = await asyncio.to_thread(self._tokenizers.get, version)
         if cached is not None:
             return cached
+        if info is None:
+            info = self._parse(await self._send("GET", f"tokenizers/{version}"), TokenizerInfo)
         r = await self._send("GET", f"tokenizers/{version}/tokenizer.json")
         return await asyncio.to_thread(self._tokenizers.put, version, r.content,
-                                       r.headers.get("x-tokenwire-sha256"))
+                                       r.headers.get("x-tokenwire-sha256"), info.text_encoding)
 
     async def tokenize(self, prompt: str | None = None, *,
                        messages: Sequence[Any] | None = None, model: str | None = None,

@@ -1,17 +1,21 @@
 """Tokenizer artifacts on the client's disk: fetched once per version, verified every load.
 
 A version id carries the first 16 hex digits of its artifact's sha256, so the client checks the
-bytes against the id it asked for, not only against what the server says.
+bytes against the id it asked for, not only against what the server says. Beside the bytes lies
+the version's published `text_encoding` (the settings under which they encode text as the
+server does), applied at every load.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import tempfile
 from pathlib import Path
 
 from ..errors import TokenizerIntegrityError
+from ..protocol.tokenize import TextEncoding
 from ..tokenizers.base import VERSION_RE
 from ..tokenizers.hf import HFTokenizer
 
@@ -34,8 +38,10 @@ class TokenizerCache:
             raise TokenizerIntegrityError(
                 f"{version!r} is not a full tokenizer version (<family>@sha256:<16 hex>)")
 
-    def verify(self, version: str, data: bytes, declared: str | None = None) -> HFTokenizer:
-        """The tokenizer of `data`, if its bytes are the version's; else TokenizerIntegrityError."""
+    def verify(self, version: str, data: bytes, declared: str | None = None,
+               text_encoding: TextEncoding | None = None) -> HFTokenizer:
+        """The tokenizer of `data`, if its bytes are the version's; else TokenizerIntegrityError.
+        `text_encoding`: the version's published one (None: the server's defaults)."""
         self.check_version(version)
         family, prefix = version.split("@sha256:")
         digest = hashlib.sha256(data).hexdigest()
@@ -43,29 +49,41 @@ class TokenizerCache:
             raise TokenizerIntegrityError(
                 f"the artifact for {version} hashes to {digest}, not to its version"
                 + (f" or to the declared {declared}" if declared else ""))
-        return HFTokenizer(data, family=family)
+        settings = text_encoding.model_dump() if text_encoding is not None else {}
+        return HFTokenizer(data, family=family, **settings)
 
     def _path(self, version: str) -> Path:
         return self.directory / version.replace("@sha256:", "-") / "tokenizer.json"
+
+    def _encoding_path(self, version: str) -> Path:
+        return self._path(version).with_name("text_encoding.json")
 
     def get(self, version: str) -> HFTokenizer | None:
         tok = self._loaded.get(version)
         if tok is not None:
             return tok
-        path = self._path(version)
-        if not path.is_file():
-            return None
-        tok = self.verify(version, path.read_bytes())
+        path, encoding = self._path(version), self._encoding_path(version)
+        if not path.is_file() or not encoding.is_file():
+            return None  # (an entry cached before text_encoding was published: fetched again)
+        tok = self.verify(version, path.read_bytes(), None,
+                          TextEncoding.model_validate_json(encoding.read_bytes()))
         self._loaded[version] = tok
         return tok
 
-    def put(self, version: str, data: bytes, declared: str | None = None) -> HFTokenizer:
-        tok = self.verify(version, data, declared)
+    def put(self, version: str, data: bytes, declared: str | None = None,
+            text_encoding: TextEncoding | None = None) -> HFTokenizer:
+        tok = self.verify(version, data, declared, text_encoding)
         path = self._path(version)
         path.parent.mkdir(parents=True, exist_ok=True)
+        # the settings first: bytes without them are not a cache hit
+        self._write(self._encoding_path(version), json.dumps(tok.text_encoding).encode())
+        self._write(path, data)
+        self._loaded[version] = tok
+        return tok
+
+    @staticmethod
+    def _write(path: Path, data: bytes) -> None:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
         with os.fdopen(fd, "wb") as f:
             f.write(data)
         os.replace(tmp, path)
-        self._loaded[version] = tok
-        return tok

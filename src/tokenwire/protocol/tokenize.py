@@ -14,6 +14,7 @@ __all__ = [
     "DetokenizeRequest",
     "DetokenizeResponse",
     "SpecialToken",
+    "TextEncoding",
     "TokenizeRequest",
     "TokenizeResponse",
     "TokenizerInfo",
@@ -75,6 +76,20 @@ class SpecialToken(ResponseModel):
     content: str
 
 
+class TextEncoding(ResponseModel):
+    """How the server encodes text with the artifact: the `tokenizers` settings to apply after
+    `Tokenizer.from_str`, named as the library names them (`tokenizer.json` cannot hold them).
+    Loaded with the library's defaults instead, the artifact parses control-token strings: that
+    is how the server encodes a chat template's own text."""
+
+    encode_special_tokens: bool
+    """The `Tokenizer.encode_special_tokens` attribute. True: a control token's text typed in a
+    prompt or a message (`<|im_end|>`) is encoded as text, never as the control token."""
+    add_special_tokens: bool
+    """The `add_special_tokens` argument of `Tokenizer.encode`. False: no post-processor runs;
+    the model's BOS, where it uses one, is added by /v1/tokenize's own `add_special_tokens`."""
+
+
 class TokenizerInfo(ResponseModel):
     id: str
     """The full version id, `<family>@sha256:<16 hex>`."""
@@ -87,6 +102,8 @@ class TokenizerInfo(ResponseModel):
     sha256: str
     """Of the artifact at `artifact_url`; its first 16 hex digits are in the id."""
     artifact_url: str
+    text_encoding: TextEncoding
+    """The settings under which the artifact encodes text exactly as the server does."""
     models: list[str]
     """Models served now that read and write this version (may be empty)."""
 

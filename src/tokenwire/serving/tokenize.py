@@ -14,6 +14,7 @@ from ..protocol.tokenize import (
     DetokenizeRequest,
     DetokenizeResponse,
     SpecialToken,
+    TextEncoding,
     TokenizerConfig,
     TokenizeRequest,
     TokenizeResponse,
@@ -146,7 +147,7 @@ class TokenizeService:
             special_tokens=[SpecialToken(id=i, content=c)
                             for c, i in tok.special_tokens.items()],
             sha256=entry.sha256, artifact_url=f"/v1/tokenizers/{entry.version}/tokenizer.json",
-            models=sorted(entry.models),
+            text_encoding=TextEncoding(**tok.text_encoding), models=sorted(entry.models),
         )
 
     def config(self, model: ServedModel) -> TokenizerConfig:

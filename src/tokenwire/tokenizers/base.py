@@ -43,6 +43,12 @@ class Tokenizer(Protocol):
     def vocab_size(self) -> int: ...
 
     @property
+    def text_encoding(self) -> dict[str, bool]:
+        """The `tokenizers` settings under which the artifact encodes text as `encode` does
+        (published in `GET /v1/tokenizers/{id}`: the artifact cannot carry them)."""
+        ...
+
+    @property
     def special_ids(self) -> frozenset[int]:
         """Control tokens (chat markers, BOS/EOS, ...): never produced by encoding plain text."""
         ...

@@ -3,6 +3,11 @@
 The artifact is what the server publishes, so serving from it means clients that load the same
 bytes get exactly the server's ids. The bytes of each id are computed once from the vocabulary
 (byte-level BPE, or SentencePiece pieces with byte fallback), so decoding is a join.
+
+The artifact is read in two modes. Text (a prompt, a message's content) is encoded with the
+`tokenizers` settings in `text_encoding`, which the artifact cannot carry (`tokenizer.json` has
+no field for them) and so are published beside it; a chat template's own text is encoded with
+the library's defaults, which parse control-token strings.
 """
 
 from __future__ import annotations
@@ -58,7 +63,10 @@ _LONG_TEXT = 4096
 class HFTokenizer:
     """Implements `Tokenizer` over the bytes of a tokenizer.json."""
 
-    def __init__(self, artifact: bytes, *, family: str):
+    def __init__(self, artifact: bytes, *, family: str, encode_special_tokens: bool = True,
+                 add_special_tokens: bool = False):
+        """`encode_special_tokens`, `add_special_tokens`: the text mode (`text_encoding`); the
+        defaults are the server's, a client applies what the server publishes."""
         self.artifact = artifact
         self.sha256 = hashlib.sha256(artifact).hexdigest()
         self._family = family
@@ -66,7 +74,8 @@ class HFTokenizer:
         spec = json.loads(artifact)
         # two instances: one keeps control-token strings as text, one parses them (templates)
         self._plain = _HFTokenizer.from_str(artifact.decode())
-        self._plain.encode_special_tokens = True
+        self._plain.encode_special_tokens = encode_special_tokens
+        self._add_special = add_special_tokens
         self._special = _HFTokenizer.from_str(artifact.decode())
         vocab: dict[str, int] = spec["model"]["vocab"]
         if isinstance(vocab, list):  # Unigram: [[piece, score], ...]
@@ -100,6 +109,15 @@ class HFTokenizer:
         return len(self._bytes)
 
     @property
+    def text_encoding(self) -> dict[str, bool]:
+        """How `encode` reads text with the artifact, as `tokenizers` names it: the attribute
+        `encode_special_tokens` (true: a typed `<|im_end|>` is text, never the control token)
+        and the `encode` argument `add_special_tokens` (false: no post-processor; a prompt's
+        BOS is the caller's to add)."""
+        return {"encode_special_tokens": self._plain.encode_special_tokens,
+                "add_special_tokens": self._add_special}
+
+    @property
     def special_ids(self) -> frozenset[int]:
         return self._special_ids
 
@@ -111,11 +129,12 @@ class HFTokenizer:
         if not text:
             return []
         tok = self._special if parse_special else self._plain
+        add = self._add_special and not parse_special
         if len(text) > _LONG_TEXT:
             # `encode` holds the GIL throughout (~70 ms per 100k characters here), the batch
             # call releases it: a long prompt planned off the event loop then stalls nothing
-            return tok.encode_batch([text], add_special_tokens=False)[0].ids
-        return tok.encode(text, add_special_tokens=False).ids
+            return tok.encode_batch([text], add_special_tokens=add)[0].ids
+        return tok.encode(text, add_special_tokens=add).ids
 
     def encode_segments(self, segments: Sequence[str]) -> list[int]:
         """The ids of text already cut into pre-tokenizer segments, each encoded on its own
