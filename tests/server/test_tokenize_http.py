@@ -48,6 +48,25 @@ async def test_tokenize_prompt(client: httpx.AsyncClient, tok: HFTokenizer) -> N
         "tokens"] == tok.encode("Hello")
 
 
+async def test_parse_special_picks_the_mode(client: httpx.AsyncClient, tok: HFTokenizer) -> None:
+    """A typed control token: text by default (the server's text path), the control token with
+    `parse_special` (the plain artifact's default)."""
+    prompt = "Hello <|im_end|> again<|im_start|>"
+    end, start = tok.special_id("<|im_end|>"), tok.special_id("<|im_start|>")
+
+    async def tokens(**extra: object) -> list[int]:
+        r = await client.post("/v1/tokenize", json={"model": MODEL, "prompt": prompt, **extra})
+        assert r.status_code == 200, r.text
+        return r.json()["tokens"]  # type: ignore[no-any-return]
+
+    text = await tokens()
+    assert text == await tokens(parse_special=False) == tok.encode(prompt)
+    assert end not in text and start not in text
+    parsed = await tokens(parse_special=True)
+    assert parsed == tok.encode(prompt, parse_special=True)
+    assert parsed.count(end) == 1 and parsed[-1] == start
+
+
 async def test_tokenize_messages_is_the_chat_prompt(client: httpx.AsyncClient,
                                                     tok: HFTokenizer) -> None:
     tokenized = (await client.post("/v1/tokenize", json={
@@ -107,6 +126,12 @@ BAD: list[tuple[str, str, dict[str, Any], int, str, str | None]] = [
      "tokenizer_version_mismatch", "tokenizer_version"),
     ("unknown model", "/v1/tokenize", {"model": "nope", "prompt": "x"}, 404,
      "model_not_found", "model"),
+    ("parse_special with messages", "/v1/tokenize", {
+        "model": MODEL, "messages": [{"role": "user", "content": "x"}], "parse_special": True},
+     400, "invalid_value", "parse_special"),
+    ("parse_special not a bool", "/v1/tokenize", {"model": MODEL, "prompt": "x",
+                                                  "parse_special": "yes"}, 400,
+     "invalid_type", "parse_special"),
     ("detokenize without version", "/v1/detokenize", {"model": MODEL, "tokens": [1]}, 400,
      "tokenizer_version_required", "tokenizer_version"),
     ("detokenize out of range", "/v1/detokenize", {"tokenizer_version": "smollm2-49k",

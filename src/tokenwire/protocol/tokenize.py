@@ -36,6 +36,11 @@ class TokenizeRequest(RequestModel):
     """With `messages`: rendered as a chat request's tools are."""
     add_special_tokens: bool = True
     """For a `prompt`: add what the model adds to a text prompt (its BOS, if it uses one)."""
+    parse_special: bool = False
+    """For a `prompt`: false, the server's text path (a control token's text, `<|im_end|>`, is
+    encoded as text: the artifact under its `text_encoding`); true, control-token strings
+    become control tokens (the artifact loaded plainly, Hugging Face's default). Not with
+    `messages`, whose template is parsed and contents are text, as chat renders them."""
     add_generation_prompt: bool = True
     """For `messages`: end with the assistant turn's opening, as the chat endpoint does."""
     return_token_strs: bool = False

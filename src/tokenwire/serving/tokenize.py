@@ -99,6 +99,11 @@ class TokenizeService:
             raise InvalidRequestError("send exactly one of prompt and messages",
                                       param="prompt" if req.prompt is not None else "messages",
                                       code="invalid_value")
+        if req.parse_special and req.messages is not None:
+            raise InvalidRequestError(
+                "parse_special applies to a prompt; messages are rendered as chat renders "
+                "them (the template's markers parsed, contents as text)",
+                param="parse_special", code="invalid_value")
         spans = message_id_spans(req.messages) if req.messages is not None else []
         space, model = self._target(req.model, req.tokenizer_version, carries_ids=bool(spans))
         entry = space.model
@@ -119,7 +124,7 @@ class TokenizeService:
                 "warnings": warnings or None,
             }
         else:
-            ids = tok.encode(req.prompt or "")
+            ids = tok.encode(req.prompt or "", parse_special=req.parse_special)
             if req.add_special_tokens and entry.add_bos and entry.bos_id is not None:
                 ids.insert(0, entry.bos_id)
         return TokenizeResponse(
