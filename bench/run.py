@@ -2,7 +2,8 @@
 each printing its own table. Arguments after a name go to that benchmark.
 
     .venv/bin/python bench/run.py [NAME [ARGS ...] ...]   # compare canonical gateway affinity
-                                                          # load prefix_cache; `all`: every one
+                                                          # load prefix_cache translate;
+                                                          # `all`: every one
     .venv/bin/python bench/run.py compare --quick load --good 24
 """
 
@@ -14,9 +15,9 @@ from pathlib import Path
 
 HERE = Path(__file__).parent
 MAIN = "compare"
-BENCHES = [MAIN, "canonical", "gateway", "affinity", "load", "prefix_cache"]
+BENCHES = [MAIN, "canonical", "gateway", "affinity", "load", "prefix_cache", "translate"]
 # `all`: the ones that start their own servers (prefix_cache needs one running: `make serve`)
-ALL = [MAIN, "canonical", "gateway", "affinity", "load"]
+ALL = [MAIN, "canonical", "gateway", "affinity", "load", "translate"]
 
 
 def parse(argv: list[str]) -> list[tuple[str, list[str]]]:

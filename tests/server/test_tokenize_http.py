@@ -240,3 +240,56 @@ async def test_tokenize_messages_refuses_what_chat_refuses(make_app, tok: HFToke
         assert r.status_code == 400, r.text
         assert (r.json()["error"]["code"], r.json()["error"]["param"]) == ("invalid_value",
                                                                             "tokens")
+
+
+async def test_translate_both_ways(client: httpx.AsyncClient, tok: HFTokenizer,
+                                   tiny: str) -> None:
+    """Across two registered versions (one no model serves), by full id or alias."""
+    other = other_tokenizer()
+    text = "Bonjour à tous, ça va? 🎉"
+    for src, dst, src_tok, dst_tok in ((tok.family, "tiny", tok, other),
+                                       (tiny, tok.version, other, tok)):
+        r = await client.post("/v1/tokenizers/translate",
+                              json={"from": src, "to": dst, "token_ids": src_tok.encode(text)})
+        assert r.status_code == 200, r.text
+        data = r.json()
+        assert data["token_ids"] == dst_tok.encode(text)
+        assert data["text_bytes"] == len(text.encode()) and data["lossless"] is True
+        assert data["tokenizer_version"] == dst_tok.version
+
+
+async def test_translate_reports_what_it_cannot_keep(client: httpx.AsyncClient,
+                                                     tok: HFTokenizer, tiny: str) -> None:
+    """`<|im_end|>` has no counterpart in the tiny version: its text goes, not its meaning."""
+    ids = [*tok.encode("Hi"), tok.special_tokens["<|im_end|>"]]
+    data = (await client.post("/v1/tokenizers/translate",
+                              json={"from": tok.version, "to": tiny, "token_ids": ids})).json()
+    assert data["lossless"] is False
+    assert other_tokenizer().decode(data["token_ids"]) == "Hi<|im_end|>"
+    # the same version: the ids themselves
+    same = (await client.post("/v1/tokenizers/translate",
+                              json={"from": tiny, "to": "tiny", "token_ids": [5, 300]})).json()
+    assert same["token_ids"] == [5, 300] and same["lossless"] is True
+
+
+@pytest.mark.parametrize(("payload", "status", "code", "param"), [
+    ({"from": "nope@sha256:0123456789abcdef", "to": "tiny", "token_ids": [1]}, 404,
+     "tokenizer_not_found", "from"),
+    ({"from": "tiny", "to": "nope", "token_ids": [1]}, 404, "tokenizer_not_found", "to"),
+    ({"from": "tiny", "to": "smollm2-49k", "token_ids": [1, 400]}, 400, "invalid_token_id",
+     "token_ids[1]"),
+    ({"from": "tiny", "to": "smollm2-49k", "token_ids": [-1]}, 400, None, "token_ids[0]"),
+    ({"from": "tiny", "to": "smollm2-49k"}, 400, "missing_required_parameter", "token_ids"),
+    ({"to": "tiny", "token_ids": []}, 400, "missing_required_parameter", "from"),
+    ({"from": "tiny", "to": "tiny", "token_ids": [], "x": 1}, 400, None, "x"),
+])
+async def test_translate_bad_requests(client: httpx.AsyncClient, tiny: str,
+                                      payload: dict[str, Any], status: int, code: str | None,
+                                      param: str) -> None:
+    r = await client.post("/v1/tokenizers/translate", json=payload)
+    assert r.status_code == status, r.text
+    err = r.json()["error"]
+    assert set(err) == {"message", "type", "param", "code"} and err["message"]
+    assert err["param"] == param
+    if code is not None:
+        assert err["code"] == code

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from pydantic import ConfigDict, Field
+
 from ._base import RequestModel, ResponseModel
 from .chat import ChatMessage
 from .common import ResponseWarning, TokenId
@@ -20,6 +22,8 @@ __all__ = [
     "TokenizerInfo",
     "TokenizerConfig",
     "TokenizerList",
+    "TranslateRequest",
+    "TranslateResponse",
 ]
 
 
@@ -74,6 +78,29 @@ class DetokenizeRequest(RequestModel):
 class DetokenizeResponse(ResponseModel):
     prompt: str
     tokenizer_version: str
+
+
+class TranslateRequest(RequestModel):
+    """Ids of one registered version -> the ids of the same bytes in another (docs/api.md)."""
+
+    model_config = ConfigDict(populate_by_name=True)
+    from_: str = Field(alias="from")
+    """The version the ids belong to (full id or alias)."""
+    to: str
+    """The version to translate them into (full id or alias)."""
+    token_ids: list[TokenId]
+
+
+class TranslateResponse(ResponseModel):
+    token_ids: list[int]
+    """In `to`'s version."""
+    text_bytes: int
+    """How many bytes the sent ids stand for (their UTF-8, control tokens as their text)."""
+    lossless: bool
+    """`to`'s ids decode to exactly the sent ids' bytes, and every control token stayed a
+    control token (one of the same text)."""
+    tokenizer_version: str
+    """The full version id of `token_ids` (`to`'s)."""
 
 
 class SpecialToken(ResponseModel):

@@ -38,6 +38,8 @@ from ..protocol.tokenize import (
     TokenizeResponse,
     TokenizerInfo,
     TokenizerList,
+    TranslateRequest,
+    TranslateResponse,
 )
 from ._json import dumps
 from .middleware import OPEN_PATHS
@@ -148,6 +150,10 @@ ENDPOINTS: dict[tuple[str, str], Endpoint] = {
         "/v1/detokenize, at vLLM's path", DetokenizeRequest, DetokenizeResponse,
         errors=_TOKENIZE, example=_DETOKENIZE_EXAMPLE),
     ("GET", "/v1/tokenizers"): Endpoint("The tokenizer versions known", response=TokenizerList),
+    ("POST", "/v1/tokenizers/translate"): Endpoint(
+        "Ids of one tokenizer version to the ids of the same bytes in another",
+        TranslateRequest, TranslateResponse, errors=_TOKENIZE,
+        example={"from": "smollm2-49k", "to": "smollm2-49k", "token_ids": [19556, 28, 905]}),
     ("GET", "/v1/tokenizers/{version:path}/tokenizer.json"): Endpoint(
         "A version's portable tokenizer.json", errors=(404,), raw={
             "200": {"description": "The tokenizer.json (Hugging Face tokenizers' format)",

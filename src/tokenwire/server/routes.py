@@ -20,7 +20,12 @@ from ..protocol.completions import CompletionRequest
 from ..protocol.generate import GenerateRequest
 from ..protocol.health import Health, ModelHealth
 from ..protocol.responses import ResponsesRequest
-from ..protocol.tokenize import DetokenizeRequest, TokenizeRequest, TokenizerList
+from ..protocol.tokenize import (
+    DetokenizeRequest,
+    TokenizeRequest,
+    TokenizerList,
+    TranslateRequest,
+)
 from ..serving.chat import ChatService
 from ..serving.completions import CompletionService
 from ..serving.generate import GenerateService
@@ -156,6 +161,12 @@ async def detokenize(request: Request) -> Response:
     return ModelResponse(service.detokenize(req))
 
 
+async def translate(request: Request) -> Response:
+    req = parse_body(await request.body(), TranslateRequest)
+    service: TokenizeService = request.app.state.tokenize
+    return ModelResponse(await asyncio.to_thread(service.translate, req))
+
+
 async def list_tokenizers(request: Request) -> Response:
     service: TokenizeService = request.app.state.tokenize
     return ModelResponse(TokenizerList(data=service.list()))
@@ -241,6 +252,7 @@ routes = [
     Route("/tokenize", tokenize, methods=["POST"]),
     Route("/detokenize", detokenize, methods=["POST"]),
     Route("/v1/tokenizers", list_tokenizers, methods=["GET"]),
+    Route("/v1/tokenizers/translate", translate, methods=["POST"]),
     Route("/v1/tokenizers/{version:path}/tokenizer.json", tokenizer_artifact, methods=["GET"]),
     Route("/v1/tokenizers/{version:path}", get_tokenizer, methods=["GET"]),
 ]

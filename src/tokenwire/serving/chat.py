@@ -174,7 +174,7 @@ class ChatService(GenerationService):
             if req.echo and req.messages[-1].role == "assistant" else ""
         return ChatPlan(req=req, model=model, space=space, conv=conv, constraints=constraints,
                      budget=budget, prompt=prompt, extras=extras, echo=echo,
-                     sent_ids=bool(spans),
+                     sent_ids=bool(spans), skip_special=bool(req.skip_special_tokens),
                      shows_ids=bool(req.response_format_tokens) or req.return_token_ids,
                      id=f"chatcmpl-{req.request_id or uuid.uuid4().hex}",
                      warnings=warnings or None)
@@ -254,7 +254,7 @@ class ChatService(GenerationService):
         choices = []
         for i, a in enumerate(acc):
             text: str | None = a.text
-            ids = plan.out_ids(a.ids, a.text)
+            ids = plan.out_ids(a.ids)
             parser = plan.parser()
             calls = None
             if parser is not None:
@@ -276,7 +276,7 @@ class ChatService(GenerationService):
                 if req.logprobs else None,
                 finish_reason=plan.finish_reason(a.finish_reason, parser),
                 token_ids=ids if req.return_token_ids else None,
-                stop_reason=a.stop_reason if plan.shows_ids else None,
+                stop_reason=plan.stop_reason(a.stop_reason) if plan.shows_ids else None,
             ))
         completion = sum(a.n_sampled for a in acc)
         scored = acc[0].prompt_logprobs if req.prompt_logprobs is not None else None
@@ -308,6 +308,7 @@ class ChatService(GenerationService):
         tok = plan.model.tokenizer
         as_ids = req.return_tokens_as_token_ids
         parsers = [plan.parser() for _ in range(req.n)]
+        outs = [plan.out_stream() for _ in range(req.n)]
         completion = 0
         cached: int | None = None
         running = RunningUsage([len(plan.prompt)] * req.n, req.stream_options)
@@ -336,7 +337,7 @@ class ChatService(GenerationService):
                                    or (events and req.logprobs))
                 running.add(u)
                 if visible:
-                    out = plan.out_ids(ids, text)
+                    out = outs[u.index].push(ids)
                     yield ChatCompletionChunk(**env, usage=running.of(u.index),
                                               choices=[ChatChunkChoice(
                         index=u.index,
@@ -355,11 +356,14 @@ class ChatService(GenerationService):
                     completion += u.n_sampled
                     if u.index == 0:
                         cached = u.cached_tokens
+                    # ids a translation held back (their text has gone out already)
+                    rest = outs[u.index].finish()
                     yield ChatCompletionChunk(**env, usage=running.of(u.index),
                                               choices=[ChatChunkChoice(
-                        index=u.index, delta=ChatDelta(token_ids=no_ids),
+                        index=u.index, delta=ChatDelta(token_ids=rest if delta_ids else None),
                         finish_reason=plan.finish_reason(u.finish_reason, parser),
-                        stop_reason=u.stop_reason if plan.shows_ids else None,
+                        token_ids=rest if req.return_token_ids and rest else None,
+                        stop_reason=plan.stop_reason(u.stop_reason) if plan.shows_ids else None,
                     )])
         finally:
             aclose = getattr(updates, "aclose", None)

@@ -121,6 +121,7 @@ class CompletionService(GenerationService):
                                        max_model_len=model.max_model_len, reserve=reserve))
         return _Plan(req=req, model=model, space=space, params=[p for p, _ in prompts],
                      prompts=ids, shows_ids=req.return_token_ids, sent_ids=bool(spans),
+                     skip_special=bool(req.skip_special_tokens),
                      id=f"cmpl-{req.request_id or uuid.uuid4().hex}",
                      warnings=warnings or None)
 
@@ -174,10 +175,10 @@ class CompletionService(GenerationService):
             choices.append(CompletionChoice(
                 text=plan.echo_text(c) + text, index=c, logprobs=logprobs,
                 finish_reason=a.finish_reason,
-                token_ids=plan.out_ids(a.ids, text) if req.return_token_ids else None,
+                token_ids=plan.out_ids(a.ids) if req.return_token_ids else None,
                 prompt_token_ids=plan.prompt_of(c) if req.return_token_ids
                 and not plan.space.translate else None,
-                stop_reason=a.stop_reason if req.return_token_ids else None,
+                stop_reason=plan.stop_reason(a.stop_reason) if req.return_token_ids else None,
             ))
         usage = plan.usage(sum(a.n_sampled for a in acc),
                            {i: a.cached_tokens for i, a in enumerate(acc)})
@@ -197,6 +198,7 @@ class CompletionService(GenerationService):
         tok = plan.model.tokenizer
         n_choices = len(plan.prompts) * req.n
         lps = [LegacyLogprobs(tok) for _ in range(n_choices)]
+        outs = [plan.out_stream() for _ in range(n_choices)]
         ids_on = req.return_token_ids
 
         warned = [False]  # the warnings ride on the stream's first chunk, whichever it is
@@ -237,14 +239,15 @@ class CompletionService(GenerationService):
                         yield chunk(c, plan.echo_text(c), logprobs=lps[c].take(events), ids=[])
                     if u.delta:
                         yield chunk(c, u.delta.text,
-                                    ids=plan.out_ids(u.delta.ids, u.delta.text),
+                                    ids=outs[c].push(u.delta.ids),
                                     logprobs=lps[c].take(u.delta.events)
                                     if req.logprobs is not None else None)
                     if u.finish_reason is not None:
                         completion += u.n_sampled
                         cached[u.index] = u.cached_tokens
-                        yield chunk(c, "", ids=[], finish=u.finish_reason,
-                                    stop_reason=u.stop_reason)
+                        # ids a translation held back (their text has gone out already)
+                        yield chunk(c, "", ids=outs[c].finish(), finish=u.finish_reason,
+                                    stop_reason=plan.stop_reason(u.stop_reason))
         finally:
             usage = self._served(plan, plan.usage(completion, cached))
         if req.stream_options is not None and req.stream_options.include_usage:

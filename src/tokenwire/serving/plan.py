@@ -16,12 +16,14 @@ from ..errors import UnsupportedParameterError
 from ..metrics import Metrics, PromptKind, TokenTimer
 from ..protocol.common import ResponseWarning, Usage
 from ..tokenizers.registry import TokenizerRegistry
+from ..tokenizers.translate import Translator, translator
 from .generation import ChoiceResult, ChoiceUpdate, collect
 from .guard import Guard
 from .models import ModelRegistry, ServedModel
 from .tokens import TokenSpace, resolve_token_space
 
-__all__ = ["ANONYMOUS", "Caller", "GenerationService", "Plan", "check_engine_features"]
+__all__ = ["ANONYMOUS", "Caller", "GenerationService", "OutIds", "Plan",
+           "check_engine_features"]
 
 log = logging.getLogger(__name__)
 
@@ -66,9 +68,33 @@ class Plan:
     warnings: list[ResponseWarning] | None = None
     created: int = field(default_factory=lambda: int(time.time()))
 
-    def out_ids(self, ids: list[int], text: str) -> list[int]:
-        """Output ids in the client's version (re-encoded from text when translating)."""
-        return self.space.client.tokenizer.encode(text) if self.space.translate else ids
+    skip_special: bool = False
+    """Control tokens add no text to the output (`skip_special_tokens`)."""
+
+    def out_ids(self, ids: list[int]) -> list[int]:
+        """A whole choice's output ids in the client's version (translated when it is not the
+        model's: tokenizers/translate.py)."""
+        if not self.space.translate:
+            return ids
+        return self._translator().translate(ids, skip_special=self.skip_special).token_ids
+
+    def out_stream(self) -> OutIds:
+        """One streamed choice's output ids in the client's version: concat(push(...) ...
+        finish()) == out_ids(all of them), however the deltas cut them."""
+        return OutIds(self._translator() if self.space.translate else None, self.skip_special)
+
+    def stop_reason(self, reason: int | str | None) -> int | str | None:
+        """The id that ended a choice, in the client's version: the control token of the same
+        text, else (the model's EOS) the client version's EOS; None where it has neither."""
+        if not self.space.translate or not isinstance(reason, int):
+            return reason
+        mapped = self._translator().control(reason)
+        if mapped is None and reason == self.space.model.eos_id:
+            mapped = self.space.client.eos_id
+        return mapped
+
+    def _translator(self) -> Translator:
+        return translator(self.space.model.tokenizer, self.space.client.tokenizer)
 
     def envelope(self) -> dict[str, Any]:
         """The fields every response (or chunk) of this request carries."""
@@ -89,6 +115,20 @@ class Plan:
         if self.space.translate:
             return "translated"
         return self.model.engine.info.token_ids_source
+
+
+class OutIds:
+    """Output ids of one streamed choice, as the client's version has them."""
+
+    def __init__(self, tr: Translator | None, skip_special: bool):
+        self._stream = tr.stream(skip_special=skip_special) if tr is not None else None
+
+    def push(self, ids: list[int]) -> list[int]:
+        return self._stream.push(ids) if self._stream is not None else ids
+
+    def finish(self) -> list[int]:
+        """The ids still held back (at the choice's end)."""
+        return self._stream.finish() if self._stream is not None else []
 
 
 class GenerationService:

@@ -118,7 +118,7 @@ class _Assembler:
         else:
             parsed = self._parser.push(u.delta, last=last)
             content, calls, ids, events = parsed.content, parsed.calls, parsed.ids, parsed.events
-        ids = self._plan.out_ids(ids, content)
+        ids = self._plan.out_ids(ids)
         # text after a call that is still open follows it; otherwise it leads. The ids of an
         # update that carries a call go with the call (syntax and all)
         text_first = not isinstance(self._current(), OutputFunctionCall)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config import Settings
-from ..errors import InvalidRequestError
+from ..errors import InvalidRequestError, TokenizerNotFoundError
 from ..protocol.tokenize import (
     DetokenizeRequest,
     DetokenizeResponse,
@@ -19,8 +19,11 @@ from ..protocol.tokenize import (
     TokenizeRequest,
     TokenizeResponse,
     TokenizerInfo,
+    TranslateRequest,
+    TranslateResponse,
 )
 from ..tokenizers.registry import TokenizerEntry, TokenizerRegistry
+from ..tokenizers.translate import translator
 from .guard import Guard
 from .messages import message_id_spans, render_messages
 from .models import ModelRegistry, ServedModel
@@ -141,6 +144,29 @@ class TokenizeService:
         self._guard.check_id_count(spans)
         check_id_range(spans, tok)
         return DetokenizeResponse(prompt=tok.decode(req.tokens), tokenizer_version=tok.version)
+
+    def translate(self, req: TranslateRequest) -> TranslateResponse:
+        """Any two registered versions, served by a model or not (tokenizers/translate.py)."""
+        src, dst = self._version(req.from_, "from"), self._version(req.to, "to")
+        spans = [IdSpan("token_ids", req.token_ids)]
+        self._guard.check_id_count(spans)
+        check_id_range(spans, src.tokenizer)
+        if src is dst:  # the ids are already the target's: nothing to translate
+            ids, n, lossless = list(req.token_ids), len(
+                b"".join(src.tokenizer.token_bytes(t) for t in req.token_ids)), True
+        else:
+            got = translator(src.tokenizer, dst.tokenizer).translate(req.token_ids)
+            ids, n, lossless = got.token_ids, got.text_bytes, got.lossless
+        return TranslateResponse(token_ids=ids, text_bytes=n, lossless=lossless,
+                                 tokenizer_version=dst.version)
+
+    def _version(self, name: str, param: str) -> TokenizerEntry:
+        entry = self._tokenizers.find(name)
+        if entry is None:
+            raise TokenizerNotFoundError(
+                f"no tokenizer version {name!r}; GET /v1/tokenizers lists the known versions",
+                param=param)
+        return entry
 
     # -- published versions ---------------------------------------------------------------
 

@@ -9,11 +9,13 @@ the boundary before it); every segment before them is encoded once, on its own, 
 
 So concat(push(...) ... finish()) == encode(whole text), which the tests check on random text
 cut at random places. Tokenizers whose encoding is not segment-local (a normalizer, or a
-SentencePiece prefix on the first word only) hold every id until `finish`: correct, only late.
+SentencePiece prefix on the first word only), or that cannot show their segments (not an
+`HFTokenizer`), hold every id until `finish`: correct, only late.
 """
 
 from __future__ import annotations
 
+from .base import Tokenizer
 from .hf import HFTokenizer
 
 __all__ = ["IncrementalEncoder"]
@@ -22,9 +24,10 @@ _HELD_SEGMENTS = 2
 
 
 class IncrementalEncoder:
-    def __init__(self, tokenizer: HFTokenizer):
+    def __init__(self, tokenizer: Tokenizer):
         self._tok = tokenizer
-        self._local = tokenizer.segment_local
+        self._hf = tokenizer if isinstance(tokenizer, HFTokenizer) and tokenizer.segment_local \
+            else None
         self._text = ""
         self._done = 0
         """Characters of `_text` whose ids have been emitted."""
@@ -32,17 +35,17 @@ class IncrementalEncoder:
     def push(self, piece: str) -> list[int]:
         """Take more text; returns the ids that are final now (maybe none)."""
         self._text += piece
-        if not self._local:
+        if self._hf is None:
             return []
         tail = self._text[self._done:]
-        segments = self._tok.pre_tokenize(tail)
+        segments = self._hf.pre_tokenize(tail)
         if len(segments) <= _HELD_SEGMENTS:
             return []
         final = segments[:-_HELD_SEGMENTS]
         self._done += final[-1][1]
         # segment by segment: encoding the final text as one string would let its end re-split
         # (`"\r\n"` is one segment at the end of a string, two before a letter)
-        return self._tok.encode_segments([tail[a:b] for a, b in final])
+        return self._hf.encode_segments([tail[a:b] for a, b in final])
 
     def finish(self) -> list[int]:
         """The ids of everything not emitted yet (no more text will come)."""
