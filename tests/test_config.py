@@ -5,7 +5,16 @@ from pathlib import Path
 import pytest
 
 from tokenwire.cli import _parser
-from tokenwire.config import DEFAULT_MODEL_FILE, Settings, default_model_name, default_model_path
+from tokenwire.config import (
+    DEFAULT_MODEL_FILE,
+    SHIPPED_MODELS,
+    ModelSpec,
+    Settings,
+    ShippedModel,
+    default_model_name,
+    default_model_path,
+)
+from tokenwire.errors import ModelSourceError
 
 
 def test_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -42,7 +51,7 @@ def test_model_names() -> None:
 
 def test_cli_serve_arguments() -> None:
     args = _parser().parse_args(["serve", "--model", "m.gguf", "--port", "9000"])
-    assert args.model == Path("m.gguf") and args.port == 9000
+    assert args.model == ["m.gguf"] and args.port == 9000
     assert args.prefix_cache is None  # not given: the setting (environment, default on) decides
     assert _parser().parse_args(["serve", "--no-prefix-cache"]).prefix_cache is False
 
@@ -103,3 +112,93 @@ def test_serve_refuses_a_file_that_is_not_gguf(tmp_path: Path, monkeypatch: pyte
     assert main(["serve", "--model", str(bad), "--port", "1"]) == 1
     err = capsys.readouterr().err
     assert err == f"tokenwire serve: not starting: {bad} is not a GGUF file\n", err
+
+
+# -- several models in one server --------------------------------------------------------
+
+
+def test_each_model_has_its_own_settings_over_the_servers() -> None:
+    s = Settings(n_parallel=3, n_threads=2, models=[
+        "smollm2-135m", "smollm2-135m,name=small,n_parallel=1,max-model-len=512,n_batch=64",
+        {"model": "/m/other.Q8_0.gguf", "prefix_cache": False, "n_threads": 1}])
+    first, small, other = s.model_settings()
+    assert first.model == default_model_path() and first.served_model_name == \
+        "SmolLM2-135M-Instruct" and (first.n_parallel, first.n_threads) == (3, 2)
+    assert (small.served_model_name, small.n_parallel, small.max_model_len, small.n_batch,
+            small.n_threads) == ("small", 1, 512, 64, 2)
+    assert other.model == Path("/m/other.Q8_0.gguf") and other.served_model_name == "other"
+    assert other.prefix_cache is False and other.n_threads == 1 and first.prefix_cache
+    assert all(m.models == [] for m in (first, small, other))
+    # no models: the one `model` (or the default), as before
+    assert Settings(model=Path("m.gguf")).model_settings()[0].model == Path("m.gguf")
+
+
+def test_one_model_keeps_served_model_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TOKENWIRE_MODELS", raising=False)
+    s = Settings(models=["smollm2-135m"], served_model_name="tiny")
+    assert [m.served_model_name for m in s.model_settings()] == ["tiny"]
+    monkeypatch.setenv("TOKENWIRE_MODELS", '["smollm2-135m,name=a", {"model": "x.gguf"}]')
+    assert [m.served_model_name for m in Settings().model_settings()] == ["a", "x"]
+
+
+@pytest.mark.parametrize(("models", "extra", "message"), [
+    (["a.gguf,n_parallel=0"], {}, "models.0.n_parallel"),
+    (["a.gguf,bogus=1"], {}, "models.0.bogus"),
+    (["a.gguf,n_parallel"], {}, "'n_parallel' is not KEY=VALUE"),
+    (["a.gguf,n_parallel=32,n_batch=16"], {}, "model 'a.gguf': n_batch must be at least"),
+    (["a.gguf", "b.gguf"], {"served_model_name": "x"}, "name each one"),
+    (["a.gguf"], {"engine": "vllm", "upstream": ["http://h:1"], "tokenizer": Path("t")},
+     "a gateway serves its upstream's one model"),
+])
+def test_bad_model_specs_are_refused(models: list[str], extra: dict[str, object],
+                                     message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        Settings(models=models, **extra)  # type: ignore[arg-type]
+
+
+def test_model_sources_that_name_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ModelSourceError, match="both served as 'SmolLM2-135M-Instruct'"):
+        Settings(models=["smollm2-135m", "smollm2-135m"]).model_settings()
+    with pytest.raises(ModelSourceError, match="neither a file nor a shipped model"):
+        Settings(models=["smollm3"]).model_settings()
+    # a shipped model whose package is not installed: the package to install, by name
+    monkeypatch.setitem(SHIPPED_MODELS, "absent-1m",
+                        ShippedModel("absent-1m-gguf", "absent_1m_gguf", lambda d: d / "m.gguf"))
+    with pytest.raises(ModelSourceError, match="needs the 'absent-1m-gguf' package: pip install"):
+        Settings(models=["absent-1m"]).model_settings()
+
+
+def test_a_models_file(tmp_path: Path) -> None:
+    (tmp_path / "t.jinja").write_text("{{ messages }}")
+    f = tmp_path / "models.toml"
+    f.write_text('[[model]]\nmodel = "smollm2-135m"\nname = "s"\nn_parallel = 2\n\n'
+                 '[[model]]\nmodel = "sub/g.gguf"\nchat_template = "t.jinja"\n')
+    s = Settings(models_file=f, models=["/abs/last.gguf"])
+    assert [m.model for m in s.models] == ["smollm2-135m", str(tmp_path / "sub/g.gguf"),
+                                           "/abs/last.gguf"]
+    assert s.models[1].chat_template == tmp_path / "t.jinja"
+    assert [m.n_parallel for m in s.model_settings()] == [2, 4, 4]
+    f.write_text('[[model]]\nmodel = "a.gguf"\nn_parallel = "many"\n')
+    with pytest.raises(ValueError, match="model 1: n_parallel: Input should be a valid int"):
+        Settings(models_file=f)
+    f.write_text('model = "a.gguf"\n')
+    with pytest.raises(ValueError, match=r"must hold \[\[model\]\] tables only"):
+        Settings(models_file=f)
+
+
+def test_cli_serve_takes_several_models(capsys: pytest.CaptureFixture[str]) -> None:
+    from tokenwire.cli import main
+
+    args = _parser().parse_args(["serve", "--model", "smollm2-135m", "--model",
+                                 "x.gguf,name=x,n_threads=2", "--models-file", "m.toml"])
+    assert args.model == ["smollm2-135m", "x.gguf,name=x,n_threads=2"]
+    assert args.models_file == Path("m.toml")
+    assert ModelSpec.parse(args.model[1]) == ModelSpec(model="x.gguf", name="x", n_threads=2)
+    assert main(["serve", "--model", "a.gguf,n_parallel=0"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("tokenwire serve: models.0.n_parallel: ") and \
+        len(err.splitlines()) == 1, err
+    assert main(["serve", "--model", "nothing-1m", "--port", "1"]) == 1
+    err = capsys.readouterr().err
+    assert err == "tokenwire serve: not starting: model 'nothing-1m' is neither a file nor a " \
+        "shipped model (smollm2-135m)\n", err

