@@ -14,11 +14,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import _free_port, serve_in_process
+from tests.conftest import TEST_UPSTREAM, _free_port, serve_in_process
 from tokenwire.config import Settings
 from tokenwire.server.app import create_app
 
-pytestmark = [pytest.mark.engine, pytest.mark.anyio]
+pytestmark = [pytest.mark.engine, pytest.mark.anyio,
+              # embedded engines of their own: nothing here goes through the gateway
+              pytest.mark.skipif(bool(TEST_UPSTREAM), reason="embedded engines only: run once")]
 
 SMALL, LARGE = "small", "large"
 SPECS = [f"smollm2-135m,name={SMALL},max_model_len=512,n_parallel=1,n_batch=64",
