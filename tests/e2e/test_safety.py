@@ -169,10 +169,10 @@ async def test_canonicality_modes_on_the_real_engine(engine, gguf_info, make_app
 
 @pytest.mark.anyio
 async def test_a_huge_prompt_is_prepared_off_the_event_loop(engine, make_app) -> None:  # type: ignore[no-untyped-def]
-    """Encoding, canonicality, policy and template work for a 100k-character message runs in a
+    """Encoding, canonicality, policy and template work for an 800k-character message runs in a
     worker thread (and the tokenizer lets go of the GIL on long texts), so the event loop, and
     every other stream's tokens with it, keeps moving meanwhile."""
-    huge = "The quick brown fox jumps over the lazy dog, again and again. " * 6400
+    huge = "The quick brown fox jumps over the lazy dog, again and again. " * 12800
     app = make_app(engine)  # no lifespan: the engine is shared
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
                                  base_url="http://t", timeout=60) as c:
@@ -182,7 +182,7 @@ async def test_a_huge_prompt_is_prepared_off_the_event_loop(engine, make_app) ->
                 "model": APP_MODEL, "max_tokens": 1,
                 "messages": [{"role": "user", "content": huge}]})
             took = time.perf_counter() - start
-    # ~22k tokens: refused for the context length, once all of the preparation has run
+    # ~45k tokens: refused for the context length, once all of the preparation has run
     assert r.status_code == 400 and r.json()["error"]["param"] == "messages", r.text
     assert took > 0.2, took  # enough work that a stall would show
     assert max(gaps) < took / 2, (max(gaps), took)
