@@ -16,6 +16,7 @@ from typing import Any
 
 from ..errors import UnsupportedTokenizerError
 from ._gguf import read_metadata
+from .chat_templates import fallback_template
 from .hf import HFTokenizer, canonical_json
 from .source import TokenizerSource, family_name
 
@@ -177,7 +178,7 @@ def tokenizer_from_gguf(path: str | Path) -> TokenizerSource:
     tok = HFTokenizer(canonical_json(spec), family=_family(meta, n_vocab))
     return TokenizerSource(
         tokenizer=tok,
-        chat_template=meta.get("tokenizer.chat_template"),
+        chat_template=meta.get("tokenizer.chat_template") or fallback_template(arch),
         bos_id=meta.get("tokenizer.ggml.bos_token_id"),
         eos_id=meta.get("tokenizer.ggml.eos_token_id"),
         add_bos=bool(meta.get("tokenizer.ggml.add_bos_token", False)),
