@@ -139,6 +139,8 @@ def test_gemma_is_sentencepiece_without_a_dummy_prefix(gemma_engine: LlamaCppEng
     assert after[-len(ids):] == ids
     assert gemma_tok.version.startswith("gemma-3-262k@sha256:")
     assert gemma_tok.vocab_size == 262144
+    docs = Path(__file__).parents[2] / "docs" / "api.md"
+    assert gemma_tok.version in docs.read_text(encoding="utf-8")  # the id the docs quote
 
 
 def test_artifact_loads_in_the_tokenizers_library(family: Family) -> None:
