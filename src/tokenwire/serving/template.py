@@ -13,6 +13,12 @@ pair of private-use characters; what the template prints between them is encoded
 OFF, so the control token typed there stays text. Other strings are left as they are, so they
 tokenize with the text around them, as Hugging Face's rendering does.
 
+A template that trims a content (`| trim`, as Gemma's does) trims its marker; the content's
+ids are then trimmed in token space: canonical ids (every text content) become the encoding of
+the trimmed text, exactly what rendering the text and encoding the whole would give; other sent
+ids lose only their whitespace tokens at the trimmed ends (an end token that mixes whitespace and
+text is re-encoded without it), so the rest reach the model as sent.
+
 The structure and each content are encoded separately, as a control token would separate them
 anyway; content that starts with whitespace right after a template newline may therefore
 tokenize differently from encoding the whole rendered string at once (docs/api.md).
@@ -38,7 +44,10 @@ __all__ = ["RESERVED", "RESERVED_VARIABLES", "ChatTemplate", "Rendered", "Templa
 
 _MARK = "\ue000tw{}\ue001"  # private-use characters: no template produces them
 _OPEN, _CLOSE = "\ue002", "\ue003"  # around client strings inside template variables
-_PIECE_RE = re.compile("\ue000tw(\\d+)\ue001|\ue002([^\ue003]*)\ue003")
+# a marker may carry `l`/`r`: the template trimmed that end of the content
+_PIECE_RE = re.compile("\ue000tw(\\d+)([lr]*)\ue001|\ue002([^\ue003]*)\ue003")
+_HEAD_MARK = re.compile("^\ue000tw(\\d+)([lr]*)\ue001")
+_TAIL_MARK = re.compile("\ue000tw(\\d+)([lr]*)\ue001\\Z")
 RESERVED = re.compile("[\ue000-\ue003]")
 """Characters a client string printed by a template may not hold (refused by serving)."""
 RESERVED_VARIABLES = frozenset({"messages", "tools", "add_generation_prompt", "bos_token",
@@ -74,6 +83,19 @@ class TemplateMessage:
         self.extra = extra
 
 
+def _trim(value: Any, chars: str | None = None) -> str:
+    """Jinja's `trim`, and a content at either end of what it trims is marked to be trimmed
+    there too (the marker stands for text the template does not see)."""
+    text = str(value).strip(chars)
+    if chars is not None:
+        return text
+
+    def flag(end: str) -> Any:
+        return lambda m: f"\ue000tw{m.group(1)}{''.join(sorted(set(m.group(2) + end)))}\ue001"
+
+    return _TAIL_MARK.sub(flag("r"), _HEAD_MARK.sub(flag("l"), text))
+
+
 def _raise(message: str) -> None:
     raise TemplateError(message)
 
@@ -86,6 +108,7 @@ class ChatTemplate:
         env.globals["raise_exception"] = _raise
         env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
         env.filters["tojson"] = _tojson
+        env.filters["trim"] = _trim
         self._template = env.from_string(source)
         self._tok = tokenizer
         self._bos_id = bos_id
@@ -126,17 +149,40 @@ class ChatTemplate:
         for m in _PIECE_RE.finditer(text):
             ids += enc(text[pos:m.start()], parse_special=True)
             if m.group(1) is not None:
-                i = int(m.group(1))
-                spans.append((i, len(ids), len(ids) + len(messages[i].ids)))
-                ids += messages[i].ids
+                i, ends = int(m.group(1)), m.group(2)
+                content = self._trimmed(messages[i].ids, "l" in ends, "r" in ends) if ends \
+                    else messages[i].ids
+                spans.append((i, len(ids), len(ids) + len(content)))
+                ids += content
             else:
-                ids += enc(m.group(2))
+                ids += enc(m.group(3))
             pos = m.end()
         ids += enc(text[pos:], parse_special=True)
         if self._add_bos and (not ids or ids[0] != self._bos_id):
             ids.insert(0, self._bos_id)  # type: ignore[arg-type]
             spans = [(i, a + 1, b + 1) for i, a, b in spans]
         return Rendered(ids, spans)
+
+    def _trimmed(self, ids: Sequence[int], left: bool, right: bool) -> Sequence[int]:
+        """A content's ids with the whitespace at the trimmed ends gone (module docstring)."""
+        tok = self._tok
+        text = tok.decode(ids)
+        want = text.lstrip() if left else text
+        want = want.rstrip() if right else want
+        if want == text:
+            return ids
+        if tok.encode(text) == list(ids):
+            return tok.encode(want)
+        out = list(ids)
+        while left and out and not tok.decode(out[:1]).strip():
+            del out[0]
+        while right and out and not tok.decode(out[-1:]).strip():
+            del out[-1]
+        if left and out and (head := tok.decode(out[:1])) != head.lstrip():
+            out[:1] = tok.encode(head.lstrip())
+        if right and out and (tail := tok.decode(out[-1:])) != tail.rstrip():
+            out[-1:] = tok.encode(tail.rstrip())
+        return out
 
     def client_text(self, value: Any) -> Any:
         """A client value as a template variable: every string in it (keys too) that holds a

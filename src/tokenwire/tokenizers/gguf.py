@@ -1,9 +1,11 @@
 """Build a portable tokenizer.json from a GGUF file's tokenizer metadata.
 
 The result must give exactly the ids llama.cpp gives for the same model (tests/tokenizers prove
-it on a corpus), so each piece mirrors llama.cpp's `llama-vocab.cpp`: the pre-tokenizer regexes
-of the file's `tokenizer.ggml.pre`, its merges, and its control tokens as special added tokens
-(never matched in plain text; matched in chat-template structure).
+it on a corpus), so each piece mirrors llama.cpp's `llama-vocab.cpp`: for byte-level BPE
+(`gpt2`), the pre-tokenizer regexes of the file's `tokenizer.ggml.pre` and its merges; for
+SentencePiece (`llama`: Gemma, Llama 2), spaces as "▁", merges ranked by the pieces' scores and
+byte fallback; for both, control tokens as special added tokens (never matched in plain text;
+matched in chat-template structure) and user-defined tokens as added tokens matched everywhere.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 
 from ..errors import UnsupportedTokenizerError
 from ._gguf import read_metadata
+from .chat_templates import fallback_template
 from .hf import HFTokenizer, canonical_json
 from .source import TokenizerSource, family_name
 
@@ -96,9 +99,70 @@ def _bpe(meta: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+_SPACE = "\u2581"  # SentencePiece's visible space
+
+
+def _spm_merges(tokens: list[str], scores: list[float]) -> list[list[str]]:
+    """llama.cpp's SentencePiece tokenizer merges, from characters up, the adjacent pair whose
+    joined text is the vocabulary piece of highest score. As BPE merges: every split of every
+    piece into two pieces, ranked by the joined piece's score (ties: the split's ids, as
+    `transformers`' SentencePiece extractor orders them)."""
+    vocab = {t: i for i, t in enumerate(tokens)}
+    ranked: list[tuple[float, int, int, str, str]] = []
+    for piece, i in vocab.items():
+        for k in range(1, len(piece)):
+            left, right = piece[:k], piece[k:]
+            li, ri = vocab.get(left), vocab.get(right)
+            if li is not None and ri is not None:
+                ranked.append((-scores[i], li, ri, left, right))
+    ranked.sort()
+    return [[left, right] for _, _, _, left, right in ranked]
+
+
+def _spm(meta: dict[str, Any]) -> dict[str, Any]:
+    if meta.get("tokenizer.ggml.add_space_prefix", True):
+        # llama.cpp then adds "▁" before the text after every token (a dummy prefix): no model
+        # shipped with tokenwire does, so none is tested against llama.cpp yet
+        raise UnsupportedTokenizerError(
+            "SentencePiece with a dummy space prefix (tokenizer.ggml.add_space_prefix) has no "
+            "portable equivalent yet")
+    tokens: list[str] = meta["tokenizer.ggml.tokens"]
+    types: list[int] = meta.get("tokenizer.ggml.token_type", [1] * len(tokens))
+    scores: list[float] = meta.get("tokenizer.ggml.scores", [0.0] * len(tokens))
+    unk = meta.get("tokenizer.ggml.unknown_token_id")
+    return {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": _added_tokens(tokens, types),
+        # llama.cpp escapes only the space (other whitespace stays as it is)
+        "normalizer": {"type": "Replace", "pattern": {"String": " "}, "content": _SPACE},
+        "pre_tokenizer": None,
+        "post_processor": None,
+        "decoder": {"type": "Sequence", "decoders": [
+            {"type": "Replace", "pattern": {"String": _SPACE}, "content": " "},
+            {"type": "ByteFallback"},
+            {"type": "Fuse"},
+        ]},
+        "model": {
+            "type": "BPE",
+            "dropout": None,
+            "unk_token": tokens[unk] if unk is not None else None,
+            "continuing_subword_prefix": None,
+            "end_of_word_suffix": None,
+            "fuse_unk": True,
+            "byte_fallback": True,
+            "ignore_merges": False,
+            "vocab": {t: i for i, t in enumerate(tokens)},
+            "merges": _spm_merges(tokens, scores),
+        },
+    }
+
+
 #: `tokenizer.ggml.model` -> builder of the tokenizer.json structure
 _BUILDERS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "gpt2": _bpe,
+    "llama": _spm,
 }
 
 
@@ -114,7 +178,7 @@ def tokenizer_from_gguf(path: str | Path) -> TokenizerSource:
     tok = HFTokenizer(canonical_json(spec), family=_family(meta, n_vocab))
     return TokenizerSource(
         tokenizer=tok,
-        chat_template=meta.get("tokenizer.chat_template"),
+        chat_template=meta.get("tokenizer.chat_template") or fallback_template(arch),
         bos_id=meta.get("tokenizer.ggml.bos_token_id"),
         eos_id=meta.get("tokenizer.ggml.eos_token_id"),
         add_bos=bool(meta.get("tokenizer.ggml.add_bos_token", False)),
