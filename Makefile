@@ -30,7 +30,7 @@ export TOKENWIRE_STRANDS_PYTHON ?= $(abspath $(STRANDS))/bin/python
 
 .PHONY: install serve test test-quick lint bench clean
 
-install: $(INSTALLED) $(GEMMA_INSTALLED)
+install: $(INSTALLED)
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)

