@@ -132,3 +132,4 @@ async def test_two_families_in_one_server(tmp_path: Path) -> None:
                 "tokens": data["choices"][0]["token_ids"]})
             assert t.status_code == 200, t.text
             assert t.json()["prompt"] == data["choices"][0]["message"]["content"]
+
