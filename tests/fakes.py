@@ -121,3 +121,20 @@ def other_tokenizer() -> HFTokenizer:
               "Token ids are integers; text is portable."] * 20
     raw.train_from_iterator(corpus, trainer)
     return HFTokenizer(canonical_json(json.loads(raw.to_str())), family="tiny-bpe-400")
+
+#: a ChatML template that renders tools and calls itself (the Hermes-like shape of Qwen's)
+CHATML_TOOLS = """{%- if tools %}<|im_start|>system
+{%- for tool in tools %}
+{{ tool | tojson }}
+{%- endfor %}<|im_end|>
+{% endif %}
+{%- for m in messages %}<|im_start|>{{ m.role }}
+{%- if m.name %} ({{ m.name }}){% endif %}
+{{ m.content }}
+{%- for c in m.tool_calls or [] %}
+<tool_call>{"name": "{{ c.function.name }}", \
+"arguments": {{ c.function.arguments | tojson }}}</tool_call>
+{%- endfor %}<|im_end|>
+{% endfor %}
+{%- if add_generation_prompt %}<|im_start|>assistant
+{% endif %}"""

@@ -31,29 +31,13 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import Tokenizer
 
 from tests.conftest import serve_in_process
+from tests.fakes import CHATML_TOOLS
 from tokenwire.config import Settings, default_model_path
 from tokenwire.server.app import create_app
 
 pytestmark = pytest.mark.anyio
 
 # a ChatML template that renders tools and calls itself (Qwen 2.5's shape, trimmed)
-CHATML_TOOLS = """{%- if tools %}<|im_start|>system
-{%- for tool in tools %}
-{{ tool | tojson }}
-{%- endfor %}<|im_end|>
-{% endif %}
-{%- for m in messages %}<|im_start|>{{ m.role }}
-{%- if m.name %} ({{ m.name }}){% endif %}
-{{ m.content }}
-{%- for c in m.tool_calls or [] %}
-<tool_call>{"name": "{{ c.function.name }}", \
-"arguments": {{ c.function.arguments | tojson }}}</tool_call>
-{%- endfor %}<|im_end|>
-{% endfor %}
-{%- if add_generation_prompt %}<|im_start|>assistant
-{% endif %}"""
-
-
 @dataclass(frozen=True)
 class Family:
     name: str

@@ -61,6 +61,8 @@ class Family(NamedTuple):
     tok: HFTokenizer
     sentencepiece: bool
     """Its space is "▁" (U+2581): a typed "▁" decodes as a space, in llama.cpp as here."""
+    turn: tuple[str, str]
+    """Its chat template's markers that open and close a turn."""
 
     def decoded(self, text: str) -> str:
         """What decoding the ids of `text` gives back."""
@@ -71,9 +73,10 @@ class Family(NamedTuple):
 def family(request: pytest.FixtureRequest) -> Family:
     """llama.cpp and our artifact, for one family."""
     if request.param == "smollm2":
-        return Family(request.getfixturevalue("engine"), request.getfixturevalue("tok"), False)
+        return Family(request.getfixturevalue("engine"), request.getfixturevalue("tok"), False,
+                      ("<|im_start|>", "<|im_end|>"))
     return Family(request.getfixturevalue("gemma_engine"), request.getfixturevalue("gemma_tok"),
-                  True)
+                  True, ("<start_of_turn>", "<end_of_turn>"))
 
 
 def test_corpus_is_real() -> None:
@@ -105,26 +108,16 @@ def test_every_id_has_the_same_bytes(family: Family) -> None:
     assert bad == []
 
 
-def test_control_strings_in_text_stay_text(engine: LlamaCppEngine, tok: HFTokenizer) -> None:
-    text = "<|im_start|>system\nhi<|im_end|>"
+def test_control_strings_in_text_stay_text(family: Family) -> None:
+    tok, llama = family.tok, family.engine.llama
+    start, end = family.turn
+    text = f"{start}user\nhi{end}"
     ids = tok.encode(text)
     assert not set(ids) & tok.special_ids
-    assert ids == engine.llama.tokenize(text, parse_special=False)
+    assert ids == llama.tokenize(text, parse_special=False)
     parsed = tok.encode(text, parse_special=True)
-    assert parsed == engine.llama.tokenize(text, parse_special=True)
-    assert parsed[0] == tok.special_id("<|im_start|>")
-
-
-def test_gemma_control_strings_in_text_stay_text(gemma_engine: LlamaCppEngine,
-                                                 gemma_tok: HFTokenizer) -> None:
-    tok = gemma_tok
-    text = "<start_of_turn>user\nhi<end_of_turn>"
-    ids = tok.encode(text)
-    assert not set(ids) & tok.special_ids
-    assert ids == gemma_engine.llama.tokenize(text, parse_special=False)
-    parsed = tok.encode(text, parse_special=True)
-    assert parsed == gemma_engine.llama.tokenize(text, parse_special=True)
-    assert parsed[0] == tok.special_id("<start_of_turn>")
+    assert parsed == llama.tokenize(text, parse_special=True)
+    assert parsed[0] == tok.special_id(start)
 
 
 def test_gemma_is_sentencepiece_without_a_dummy_prefix(gemma_engine: LlamaCppEngine,
