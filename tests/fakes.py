@@ -138,3 +138,20 @@ CHATML_TOOLS = """{%- if tools %}<|im_start|>system
 {% endfor %}
 {%- if add_generation_prompt %}<|im_start|>assistant
 {% endif %}"""
+
+#: the same, in Gemma 3's markers (its roles are `user` and `model`; BOS is the template's)
+GEMMA_TOOLS = """{{ bos_token }}
+{%- if tools %}<start_of_turn>user
+{%- for tool in tools %}
+{{ tool | tojson }}
+{%- endfor %}<end_of_turn>
+{% endif %}
+{%- for m in messages %}<start_of_turn>{{ 'model' if m.role == 'assistant' else m.role }}
+{{ m.content }}
+{%- for c in m.tool_calls or [] %}
+<tool_call>{"name": "{{ c.function.name }}", \
+"arguments": {{ c.function.arguments | tojson }}}</tool_call>
+{%- endfor %}<end_of_turn>
+{% endfor %}
+{%- if add_generation_prompt %}<start_of_turn>model
+{% endif %}"""

@@ -19,6 +19,7 @@ control token a user types): a second family plugs in by adding one.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -31,8 +32,9 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import Tokenizer
 
 from tests.conftest import serve_in_process
-from tests.fakes import CHATML_TOOLS
+from tests.fakes import CHATML_TOOLS, GEMMA_TOOLS
 from tokenwire.config import Settings, default_model_path
+from tokenwire.packaged import gemma3_model_path
 from tokenwire.server.app import create_app
 
 pytestmark = pytest.mark.anyio
@@ -51,13 +53,16 @@ class Family:
 
 FAMILIES = [
     Family("smollm2", default_model_path, CHATML_TOOLS, "<|im_end|>"),
+    Family("gemma3", gemma3_model_path, GEMMA_TOOLS, "<end_of_turn>"),
 ]
 
 
 def _model(family: Family) -> Path:
     try:
         return family.model()
-    except Exception as exc:  # the model's package is not installed
+    except FileNotFoundError as exc:  # the model's package is not installed
+        if os.environ.get("TOKENWIRE_TEST_REQUIRE_MODELS"):  # `make test`: every model is
+            pytest.fail(f"{family.name}: {exc}")
         pytest.skip(f"{family.name}: {exc}")
 
 

@@ -11,6 +11,7 @@ import pytest
 
 from tests.conftest import serve_in_process
 from tests.fakes import MODEL, FakeEngine, other_tokenizer
+from tokenwire.serving.logprobs import token_text
 from tokenwire.tokenizers.hf import HFTokenizer
 from tokenwire.tokenizers.registry import TokenizerRegistry
 
@@ -127,3 +128,83 @@ async def test_real_model_streams_in_the_client_version(
         for seed in (1, 2):
             await _three_ways(c, client_version, tok, max_tokens=40, temperature=0.8,
                               seed=seed)
+
+
+async def test_logprobs_show_the_client_versions_ids(
+        client: httpx.AsyncClient, tok: HFTokenizer, fake_engine: FakeEngine,
+        client_version: str) -> None:
+    """Each entry is the model's token as it scored it; `id` is the client version's one id
+    for the token's bytes, and is left out where the client spells it with several ids."""
+    fake_engine.script = tok.encode("The quick brown fox, ça va? Zebra")
+
+    def want_id(model_id: int) -> int | None:
+        data = tok.token_bytes(model_id)
+        try:
+            ids = OTHER.encode(data.decode())
+        except UnicodeDecodeError:  # part of a character: only a lone byte has one id
+            ids = [i for i in range(OTHER.vocab_size)
+                   if OTHER.token_bytes(i) == data and len(data) == 1]
+        return ids[0] if len(ids) == 1 else None
+
+    data = (await client.post("/v1/chat/completions", json=_chat(
+        client_version, logprobs=True, top_logprobs=2))).json()
+    entries = data["choices"][0]["logprobs"]["content"]
+    assert [e["token"] for e in entries] == [token_text(tok, t) for t in fake_engine.script]
+    shown = [(e.get("id"), want_id(t)) for e, t in zip(entries, fake_engine.script, strict=True)]
+    assert all(got == want for got, want in shown)
+    assert any(g is None for g, _ in shown) and any(g is not None for g, _ in shown)
+    for e in entries:  # the candidates follow the same rule
+        for top in e["top_logprobs"]:
+            model_id = next(t for t in range(tok.vocab_size)
+                            if list(tok.token_bytes(t)) == top["bytes"])
+            assert top.get("id") == want_id(model_id)
+    # streamed: the same entries
+    streamed = [e for f in await _frames(client, "/v1/chat/completions", _chat(
+        client_version, logprobs=True, top_logprobs=2))
+        for ch in f["choices"] for e in (ch.get("logprobs") or {}).get("content") or []]
+    assert streamed == entries
+    # the legacy shape: `token_ids` parallel to `tokens`, null where no one id exists
+    legacy = (await client.post("/v1/completions", json={
+        "model": MODEL, "tokenizer_version": client_version, "tokenizer_fallback": "translate",
+        "prompt": OTHER.encode("The quick"), "logprobs": 1})).json()["choices"][0]["logprobs"]
+    assert legacy["token_ids"] == [want_id(t) for t in fake_engine.script]
+
+
+@pytest.mark.parametrize(("path", "extra", "param"), [
+    ("/v1/chat/completions", {"prompt_logprobs": 1}, "prompt_logprobs"),
+    ("/v1/chat/completions", {"logprobs": True, "return_tokens_as_token_ids": True},
+     "return_tokens_as_token_ids"),
+    ("/v1/completions", {"echo": True, "logprobs": 1}, "echo"),
+])
+async def test_what_names_the_models_prompt_ids_is_refused_under_translate(
+        client: httpx.AsyncClient, client_version: str, path: str, extra: dict[str, Any],
+        param: str) -> None:
+    body = _chat(client_version, **extra) if path.endswith("chat/completions") else {
+        "model": MODEL, "tokenizer_version": client_version, "tokenizer_fallback": "translate",
+        "prompt": OTHER.encode("The quick"), **extra}
+    r = await client.post(path, json=body)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == param
+
+
+async def test_responses_stream_translates_as_a_stream(
+        client: httpx.AsyncClient, tok: HFTokenizer, fake_engine: FakeEngine,
+        client_version: str) -> None:
+    """The Responses API: the delta events' ids, concatenated, are the whole response's ids,
+    which are encode_client(decode_model(sampled)) (not each delta re-encoded on its own)."""
+    text = "The lazy dog jumps over the quick brown fox, ça va?"
+    fake_engine.script = tok.encode(text)
+    body = {"model": MODEL, "tokenizer_version": client_version,
+            "tokenizer_fallback": "translate", "include": ["output.token_ids"],
+            "input": [{"role": "user", "content": [{
+                "type": "input_tokens", "token_ids": OTHER.encode("Bonjour à tous")}]}]}
+    whole = (await client.post("/v1/responses", json=body)).json()
+    [item] = whole["output"]
+    assert whole["token_ids_source"] == "translated"
+    assert item["token_ids"] == OTHER.encode(text) and item["content"][0]["text"] == text
+    r = await client.post("/v1/responses", json={**body, "stream": True})
+    events = [json.loads(line[6:]) for line in r.text.split("\n") if line.startswith("data: ")]
+    deltas = [t for e in events if e["type"] == "response.output_text.delta"
+              for t in e.get("token_ids") or []]
+    done = next(e for e in events if e["type"] == "response.completed")
+    assert deltas == done["response"]["output"][0]["token_ids"] == OTHER.encode(text)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
@@ -9,7 +11,7 @@ from hypothesis import strategies as st
 from tests.fakes import other_tokenizer
 from tokenwire.tokenizers.hf import HFTokenizer
 from tokenwire.tokenizers.probe import PROBE_CORPUS
-from tokenwire.tokenizers.translate import Translator
+from tokenwire.tokenizers.translate import Translator, translator
 
 _OTHER = other_tokenizer()
 _TEXT = st.lists(st.sampled_from(list(PROBE_CORPUS) + ["a", " ", "\n", "é", "1", "🎉", "ça"]),
@@ -20,13 +22,24 @@ def _bytes(tok: HFTokenizer, ids: list[int]) -> bytes:
     return b"".join(tok.token_bytes(t) for t in ids)
 
 
+@functools.cache
+def _plain(tok: HFTokenizer) -> list[int]:
+    return [i for i in range(tok.vocab_size) if i not in tok.special_ids]
+
+
+@functools.cache
 def _alphabet(tok: HFTokenizer) -> set[int]:
     return {tok.token_bytes(i)[0] for i in range(tok.vocab_size)
             if len(tok.token_bytes(i)) == 1 and i not in tok.special_ids}
 
 
-@pytest.fixture(scope="module", params=["to-other", "from-other"])
+@pytest.fixture(scope="module",
+                params=["to-other", "from-other", "smollm2-to-gemma3", "gemma3-to-smollm2"])
 def pair(request: pytest.FixtureRequest, tok: HFTokenizer) -> tuple[HFTokenizer, HFTokenizer]:
+    """SmolLM2 and a BPE trained here; SmolLM2 and Gemma 3 (SentencePiece), both ways."""
+    if "gemma3" in request.param:
+        gemma = request.getfixturevalue("gemma_tok")
+        return (tok, gemma) if request.param.startswith("smollm2") else (gemma, tok)
     return (tok, _OTHER) if request.param == "to-other" else (_OTHER, tok)
 
 
@@ -35,7 +48,7 @@ def pair(request: pytest.FixtureRequest, tok: HFTokenizer) -> tuple[HFTokenizer,
 def test_text_ids_translate_to_the_canonical_encoding(
         pair: tuple[HFTokenizer, HFTokenizer], text: str) -> None:
     src, dst = pair
-    got = Translator(src, dst).translate(src.encode(text))
+    got = translator(src, dst).translate(src.encode(text))
     assert got.token_ids == dst.encode(text)
     assert got.lossless and got.text_bytes == len(text.encode())
 
@@ -46,11 +59,10 @@ def test_random_ids_keep_their_bytes(pair: tuple[HFTokenizer, HFTokenizer],
                                      data: st.DataObject) -> None:
     """Non-canonical sequences, cut characters, bytes that are no UTF-8: byte for byte."""
     src, dst = pair
-    plain = [i for i in range(src.vocab_size) if i not in src.special_ids]
-    ids = data.draw(st.lists(st.sampled_from(plain), max_size=24))
+    ids = data.draw(st.lists(st.sampled_from(_plain(src)), max_size=24))
     want = _bytes(src, ids)
     assume(set(want) <= _alphabet(dst))  # bytes the target has no token for: below
-    got = Translator(src, dst).translate(ids)
+    got = translator(src, dst).translate(ids)
     assert _bytes(dst, got.token_ids) == want
     assert got.lossless and got.text_bytes == len(want)
     assert dst.decode(got.token_ids) == src.decode(ids)
@@ -65,7 +77,7 @@ def test_a_stream_cut_anywhere_is_the_whole_translation(
                               st.lists(st.integers(0, src.vocab_size - 1), max_size=24)))
     skip = data.draw(st.booleans())
     cuts = sorted(set(data.draw(st.lists(st.integers(0, len(ids)), max_size=8))))
-    tr = Translator(src, dst)
+    tr = translator(src, dst)
     stream = tr.stream(skip_special=skip)
     out: list[int] = []
     prev = 0

@@ -107,12 +107,15 @@ class Usage(ResponseModel):
 class LogprobEntry(ResponseModel):
     """One candidate token at a position: OpenAI's fields plus the integer `id`."""
 
+    omit_if_none = frozenset({"id"})
     token: str
     """The token's text; `bytes:\\xNN...` when its bytes are not valid UTF-8 on their own."""
     bytes: list[int] | None
     logprob: float
-    id: int
-    """The vocabulary id: two ids can spell the same string, so `token` alone is ambiguous."""
+    id: int | None = None
+    """The vocabulary id: two ids can spell the same string, so `token` alone is ambiguous.
+    Under `tokenizer_fallback: "translate"` the entry is still the model's token, and `id` is
+    the client version's one id for its bytes, left out where that version has none."""
 
 
 class TokenLogprob(LogprobEntry):

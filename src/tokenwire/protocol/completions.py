@@ -98,7 +98,10 @@ class CompletionRequest(VllmSamplingFields):
 
 
 class TopTokenLogprob(ResponseModel):
-    id: int
+    omit_if_none = frozenset({"id"})
+    id: int | None
+    """None (left out) under `tokenizer_fallback: "translate"` where the client's version has
+    no one id for the model's token (its `LogprobEntry.id` rule)."""
     token: str
     logprob: float
 
@@ -112,7 +115,8 @@ class CompletionLogprobs(ResponseModel):
     token_logprobs: list[float | None]
     top_logprobs: list[dict[str, float] | None]
     text_offset: list[int]
-    token_ids: list[int]
+    token_ids: list[int | None]
+    """The ids of `tokens` (under translate, the client version's: null where it has none)."""
     top_token_logprobs: list[list[TopTokenLogprob] | None]
 
 

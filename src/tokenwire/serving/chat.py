@@ -88,8 +88,15 @@ class ChatPlan(Plan):
 
 
 def _check_shape(req: ChatCompletionRequest, settings: Settings) -> None:
-    check_generation_request(req, settings,
-                             logprobs_requested=req.logprobs or req.prompt_logprobs is not None)
+    check_generation_request(
+        req, settings,
+        prompt_scored="prompt_logprobs" if req.prompt_logprobs is not None else None)
+    if req.return_tokens_as_token_ids and req.tokenizer_fallback == "translate":
+        raise InvalidRequestError(
+            "return_tokens_as_token_ids spells each logprob token by the model's id, which the "
+            "client's version does not have under tokenizer_fallback 'translate' (entries carry "
+            "the client's `id` where one exists)", param="return_tokens_as_token_ids",
+            code="invalid_value")
     if req.top_logprobs is not None and not req.logprobs:
         raise InvalidRequestError("top_logprobs requires logprobs to be true",
                                   param="top_logprobs", code="invalid_value")
@@ -272,7 +279,8 @@ class ChatService(GenerationService):
                     tool_calls=calls,
                     token_ids=ids if req.response_format_tokens else None,
                 ),
-                logprobs=ChoiceLogprobs(content=chat_logprobs(tok, a.events, as_ids=as_ids))
+                logprobs=ChoiceLogprobs(content=chat_logprobs(tok, a.events, as_ids=as_ids,
+                                                               ids=plan.logprob_ids()))
                 if req.logprobs else None,
                 finish_reason=plan.finish_reason(a.finish_reason, parser),
                 token_ids=ids if req.return_token_ids else None,
@@ -347,8 +355,8 @@ class ChatService(GenerationService):
                             else None,
                             token_ids=out if delta_ids else None,
                         ),
-                        logprobs=ChoiceLogprobs(content=chat_logprobs(tok, events,
-                                                                      as_ids=as_ids))
+                        logprobs=ChoiceLogprobs(content=chat_logprobs(
+                            tok, events, as_ids=as_ids, ids=plan.logprob_ids()))
                         if req.logprobs else None,
                         token_ids=out if req.return_token_ids else None,
                     )])

@@ -10,8 +10,10 @@ from ..errors import InvalidRequestError, UnsupportedParameterError
 __all__ = ["check_generation_request"]
 
 
-def check_generation_request(req: Any, settings: Settings, *, logprobs_requested: bool) -> None:
-    """Fields tokenwire does not implement, `n`, `stream_options`, and combinations."""
+def check_generation_request(req: Any, settings: Settings, *, prompt_scored: str | None,
+                             ) -> None:
+    """Fields tokenwire does not implement, `n`, `stream_options`, and combinations.
+    `prompt_scored`: the field that asks for the prompt's logprobs, if the request does."""
     for name, neutral in type(req).unsupported.items():
         if getattr(req, name) not in neutral:
             raise UnsupportedParameterError(f"{name!r} is not supported by this server",
@@ -22,7 +24,8 @@ def check_generation_request(req: Any, settings: Settings, *, logprobs_requested
     if req.stream_options is not None and not req.stream:
         raise InvalidRequestError("stream_options is only allowed when stream is true",
                                   param="stream_options", code="invalid_value")
-    if req.tokenizer_fallback == "translate" and logprobs_requested:
+    if req.tokenizer_fallback == "translate" and prompt_scored is not None:
+        # the prompt the model scores is in its own ids, which the client does not hold
         raise InvalidRequestError(
-            "logprobs carry the model's own ids and cannot be combined with "
-            "tokenizer_fallback 'translate'", param="logprobs", code="invalid_value")
+            "prompt logprobs score the model's own prompt ids and cannot be combined with "
+            "tokenizer_fallback 'translate'", param=prompt_scored, code="invalid_value")

@@ -71,8 +71,9 @@ class _Plan(Plan):
 
 class CompletionService(GenerationService):
     def plan(self, req: CompletionRequest, caller: Caller = ANONYMOUS) -> _Plan:
-        check_generation_request(req, self._settings,
-                                 logprobs_requested=req.logprobs is not None)
+        check_generation_request(
+            req, self._settings,
+            prompt_scored="echo" if req.echo and req.logprobs is not None else None)
         if req.best_of not in (None, req.n):
             raise UnsupportedParameterError("'best_of' other than n is not supported",
                                             param="best_of")
@@ -167,7 +168,7 @@ class CompletionService(GenerationService):
             text = a.text
             logprobs = None
             if req.logprobs is not None:
-                lp = LegacyLogprobs(tok)
+                lp = LegacyLogprobs(tok, plan.logprob_ids())
                 events = a.events
                 if req.echo:
                     events = [*self._prompt_events(plan, c, a.prompt_logprobs), *events]
@@ -197,7 +198,7 @@ class CompletionService(GenerationService):
         env = plan.envelope()
         tok = plan.model.tokenizer
         n_choices = len(plan.prompts) * req.n
-        lps = [LegacyLogprobs(tok) for _ in range(n_choices)]
+        lps = [LegacyLogprobs(tok, plan.logprob_ids()) for _ in range(n_choices)]
         outs = [plan.out_stream() for _ in range(n_choices)]
         ids_on = req.return_token_ids
 

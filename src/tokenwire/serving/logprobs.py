@@ -11,7 +11,7 @@ from ..protocol.common import LogprobEntry, PromptLogprob, TokenLogprob
 from ..protocol.completions import CompletionLogprobs, TopTokenLogprob
 from ..tokenizers.base import Tokenizer
 
-__all__ = ["MISSING_LOGPROB", "LegacyLogprobs", "chat_logprobs", "prompt_logprob_rows",
+__all__ = ["MISSING_LOGPROB", "IdMap", "LegacyLogprobs", "chat_logprobs", "prompt_logprob_rows",
            "prompt_logprobs", "token_text"]
 
 T = TypeVar("T")
@@ -29,19 +29,31 @@ def token_text(tokenizer: Tokenizer, token_id: int) -> str:
         return "bytes:" + "".join(f"\\x{b:02x}" for b in data)
 
 
-def _entry(tokenizer: Tokenizer, token_id: int, logprob: float, as_ids: bool) -> LogprobEntry:
+#: a model id -> the id an entry shows: the client version's (None: it has no one id for it)
+IdMap = Callable[[int], int | None]
+
+
+def _same(token_id: int) -> int | None:
+    return token_id
+
+
+def _entry(tokenizer: Tokenizer, token_id: int, logprob: float, as_ids: bool,
+           ids: IdMap) -> LogprobEntry:
     return LogprobEntry(token=f"token_id:{token_id}" if as_ids else token_text(tokenizer, token_id),
-                        bytes=list(tokenizer.token_bytes(token_id)), logprob=logprob, id=token_id)
+                        bytes=list(tokenizer.token_bytes(token_id)), logprob=logprob,
+                        id=ids(token_id))
 
 
 def chat_logprobs(tokenizer: Tokenizer, events: Sequence[TokenEvent], *,
-                  as_ids: bool = False) -> list[TokenLogprob]:
-    """`as_ids`: vLLM's `return_tokens_as_token_ids`, every `token` spelled `token_id:<id>`."""
+                  as_ids: bool = False, ids: IdMap = _same) -> list[TokenLogprob]:
+    """`as_ids`: vLLM's `return_tokens_as_token_ids`, every `token` spelled `token_id:<id>`.
+    Entries are the model's tokens (what it scored); `ids` says which id each shows (under
+    `tokenizer_fallback: "translate"`, the client version's, omitted where it has none)."""
     out = []
     for ev in events:
         head = _entry(tokenizer, ev.token_id, ev.logprob if ev.logprob is not None else 0.0,
-                      as_ids)
-        top = [_entry(tokenizer, t, lp, as_ids) for t, lp in ev.top_logprobs]
+                      as_ids, ids)
+        top = [_entry(tokenizer, t, lp, as_ids, ids) for t, lp in ev.top_logprobs]
         out.append(TokenLogprob(**head.model_dump(), top_logprobs=top))
     return out
 
@@ -51,8 +63,9 @@ class LegacyLogprobs:
     start of the choice's text (a token that begins inside a character gets that character's
     offset)."""
 
-    def __init__(self, tokenizer: Tokenizer):
+    def __init__(self, tokenizer: Tokenizer, ids: IdMap = _same):
         self._tok = tokenizer
+        self._ids = ids
         self._chars = 0
         self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
@@ -62,7 +75,7 @@ class LegacyLogprobs:
                                  token_ids=[], top_token_logprobs=[])
         for ev in events:
             out.tokens.append(token_text(tok, ev.token_id))
-            out.token_ids.append(ev.token_id)
+            out.token_ids.append(self._ids(ev.token_id))
             out.token_logprobs.append(ev.logprob)
             out.text_offset.append(self._chars)
             self._chars += len(self._utf8.decode(tok.token_bytes(ev.token_id)))
@@ -70,11 +83,11 @@ class LegacyLogprobs:
                 out.top_logprobs.append(None)
                 out.top_token_logprobs.append(None)
                 continue
-            top = [TopTokenLogprob(id=t, token=token_text(tok, t), logprob=lp)
+            top = [TopTokenLogprob(id=self._ids(t), token=token_text(tok, t), logprob=lp)
                    for t, lp in ev.top_logprobs]
-            if all(t.id != ev.token_id for t in top):
+            if all(t != ev.token_id for t, _ in ev.top_logprobs):
                 # OpenAI's legacy shape holds the sampled token too: up to `logprobs` + 1
-                top.append(TopTokenLogprob(id=ev.token_id, token=out.tokens[-1],
+                top.append(TopTokenLogprob(id=self._ids(ev.token_id), token=out.tokens[-1],
                                            logprob=ev.logprob))
             # string-keyed, as OpenAI's; the most likely id wins a shared spelling
             by_text: dict[str, float] = {}

@@ -19,6 +19,7 @@ from ..tokenizers.registry import TokenizerRegistry
 from ..tokenizers.translate import Translator, translator
 from .generation import ChoiceResult, ChoiceUpdate, collect
 from .guard import Guard
+from .logprobs import IdMap
 from .models import ModelRegistry, ServedModel
 from .tokens import TokenSpace, resolve_token_space
 
@@ -85,13 +86,20 @@ class Plan:
 
     def stop_reason(self, reason: int | str | None) -> int | str | None:
         """The id that ended a choice, in the client's version: the control token of the same
-        text, else (the model's EOS) the client version's EOS; None where it has neither."""
+        text, else (one of the model's end-of-generation ids: Gemma's `<end_of_turn>` as well
+        as its EOS) the client version's EOS; None where it has neither."""
         if not self.space.translate or not isinstance(reason, int):
             return reason
         mapped = self._translator().control(reason)
-        if mapped is None and reason == self.space.model.eos_id:
+        if mapped is None and (reason == self.space.model.eos_id
+                               or reason in self.model.engine.info.eog_ids):
             mapped = self.space.client.eos_id
         return mapped
+
+    def logprob_ids(self) -> IdMap:
+        """The id each logprob entry shows: the model's own, or under translate the client
+        version's one id for the entry's bytes (None where it has none)."""
+        return self._translator().token_id if self.space.translate else _same_id
 
     def _translator(self) -> Translator:
         return translator(self.space.model.tokenizer, self.space.client.tokenizer)
@@ -115,6 +123,10 @@ class Plan:
         if self.space.translate:
             return "translated"
         return self.model.engine.info.token_ids_source
+
+
+def _same_id(token_id: int) -> int | None:
+    return token_id
 
 
 class OutIds:

@@ -76,6 +76,9 @@ class _Assembler:
     def __init__(self, req: ResponsesRequest, plan: ChatPlan, parser: ToolCallParser | None):
         self._plan = plan
         self._parser = parser
+        self._out = plan.out_stream()
+        """The output ids in the client's version, translated as a stream (held back where
+        later ids could still change them) when the model's version is not the client's."""
         self._ids = req.includes(OUTPUT_TOKEN_IDS)
         self._logprobs = req.includes(LOGPROBS)
         self._tok = plan.model.tokenizer
@@ -118,7 +121,7 @@ class _Assembler:
         else:
             parsed = self._parser.push(u.delta, last=last)
             content, calls, ids, events = parsed.content, parsed.calls, parsed.ids, parsed.events
-        ids = self._plan.out_ids(ids)
+        ids = self._out.push(ids) + (self._out.finish() if last else [])
         # text after a call that is still open follows it; otherwise it leads. The ids of an
         # update that carries a call go with the call (syntax and all)
         text_first = not isinstance(self._current(), OutputFunctionCall)
@@ -197,7 +200,8 @@ class _Assembler:
         ids, events = self._take(*ids_events)
         part = item.content[0]
         part.text += text
-        lps = chat_logprobs(self._tok, events) if self._logprobs else []
+        lps = chat_logprobs(self._tok, events, ids=self._plan.logprob_ids()) \
+            if self._logprobs else []
         part.logprobs += lps
         if item.token_ids is not None:
             item.token_ids += ids

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Sequence
 from functools import cached_property
 from typing import Any
@@ -55,6 +56,12 @@ def _piece_bytes(model: dict[str, Any], piece: str) -> bytes:
         return bytes([int(piece[3:5], 16)])
     return piece.replace("\u2581", " ").encode()
 
+
+_SP_SPACE = "\u2581"
+_INNER_SPACE = re.compile("[^\u2581]\u2581")
+"""A SentencePiece piece with a (visible) space after another character."""
+_SPACE_WORD = re.compile(r" *[^ ]+| +")
+"""A segment of `HFTokenizer._space_words`: spaces, then the characters up to the next space."""
 
 _LONG_TEXT = 4096
 """Characters beyond which `encode` releases the GIL while it works."""
@@ -161,20 +168,64 @@ class HFTokenizer:
         """The (start, end) character offsets of the segments BPE encodes one by one."""
         pre = self._plain.pre_tokenizer
         if pre is None:
+            if self._space_words is not None:
+                return self._space_segments(text, self._space_words)
             return [(0, len(text))] if text else []
         return [span for _, span in pre.pre_tokenize_str(text)]
 
     @cached_property
     def segment_local(self) -> bool:
         """Is encode(a + b) == encode(a) + encode(b) whenever a ends at a segment boundary?
-        True for byte-level BPE without a normalizer (the GGUF-built artifacts); not for a
-        normalizer or a SentencePiece prefix that only the first word gets."""
+        True for byte-level BPE without a normalizer (the GGUF-built artifacts), and for the
+        SentencePiece BPE of `_space_words`; not for other normalizers or a SentencePiece
+        prefix that only the first word gets."""
+        if self._space_words is not None:
+            return True
         spec = json.loads(self.artifact)
         pre = spec.get("pre_tokenizer") or {}
         kinds = [p.get("type") for p in pre.get("pretokenizers", [pre])]
         return (spec.get("normalizer") is None and spec["model"]["type"] == "BPE"
                 and bool(kinds) and all(k in ("Split", "ByteLevel", "Digits") for k in kinds)
                 and not any(p.get("add_prefix_space") for p in pre.get("pretokenizers", [pre])))
+
+    @cached_property
+    def _space_words(self) -> tuple[str, ...] | None:
+        """SentencePiece BPE as the GGUF-built artifacts have it (spaces made "▁", no
+        pre-tokenizer, no dummy prefix). A token can span a point where a space follows another
+        character only if its piece has "▁" after another character: of Gemma 3's 262k pieces
+        one does (`>▁</`). So the text is cut before each run of spaces that follows a character
+        (`_SPACE_WORD`), except inside an occurrence of such a piece's text; BPE merges then
+        never cross a cut, and the pieces encode one by one exactly as the whole. Returns those
+        pieces' texts; None where the artifact is not of this kind, or where such a piece spans
+        more than one cut (the incremental encoder holds back only two segments)."""
+        spec = json.loads(self.artifact)
+        norm = spec.get("normalizer") or {}
+        if not (spec.get("pre_tokenizer") is None and spec["model"]["type"] == "BPE"
+                and norm.get("type") == "Replace" and norm.get("content") == _SP_SPACE
+                and norm.get("pattern") == {"String": " "}):
+            return None
+        spanning = [p for p in self._strs if _INNER_SPACE.search(p)]
+        if any(len(_INNER_SPACE.findall(p)) > 1 for p in spanning):
+            return None
+        return tuple(sorted({p.replace(_SP_SPACE, " ") for p in spanning}))
+
+    def _space_segments(self, text: str, spanning: tuple[str, ...]) -> list[tuple[int, int]]:
+        spans = [m.span() for m in _SPACE_WORD.finditer(text)]
+        inside: set[int] = set()  # no cut inside an occurrence of a piece that spans one
+        for piece in spanning:
+            i = text.find(piece)
+            while i >= 0:
+                inside.update(range(i + 1, i + len(piece)))
+                i = text.find(piece, i + 1)
+        if not inside:
+            return spans
+        out: list[tuple[int, int]] = []
+        for a, b in spans:
+            if out and a in inside:
+                out[-1] = (out[-1][0], b)
+            else:
+                out.append((a, b))
+        return out
 
     @cached_property
     def special_tokens(self) -> dict[str, int]:

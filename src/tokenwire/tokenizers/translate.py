@@ -34,6 +34,7 @@ from .reencode import IncrementalEncoder
 __all__ = ["Translation", "TranslationStream", "Translator", "translator"]
 
 _ESCAPED = re.compile("([\udc80-\udcff])")
+_UNSEEN = object()
 """A byte outside valid UTF-8, as `surrogateescape` decodes it."""
 
 
@@ -62,10 +63,31 @@ class Translator:
                 byte_ids.setdefault(b[0], i)
         self._byte_ids = byte_ids
         self._replacement = target.encode("\ufffd")
+        self._ids: dict[int, int | None] = {}
+        """`token_id`'s answers so far (at most one per source id)."""
 
     def control(self, token_id: int) -> int | None:
         """The target's control token for a source control token, if it has one."""
         return self._controls.get(token_id)
+
+    def token_id(self, token_id: int) -> int | None:
+        """The target's one id for a source token, where one stands for exactly its bytes: a
+        control token's counterpart, the target's encoding of the token's text when that is a
+        single id, the target's byte token of a lone byte outside UTF-8; else None (its bytes
+        take several target ids, or none). What a logprob entry's `id` says in the client's
+        version."""
+        if token_id in self._controls:
+            return self._controls[token_id]
+        got = self._ids.get(token_id, _UNSEEN)
+        if got is _UNSEEN:
+            data = self.source.token_bytes(token_id)
+            try:
+                ids = self.target.encode(data.decode("utf-8"))
+            except UnicodeDecodeError:
+                ids = [self._byte_ids[data[0]]] if len(data) == 1 and data[0] in self._byte_ids \
+                    else []
+            got = self._ids[token_id] = ids[0] if len(ids) == 1 else None
+        return got  # type: ignore[return-value]
 
     def translate(self, ids: Sequence[int], *, skip_special: bool = False) -> Translation:
         out: list[int] = []
