@@ -1,0 +1,87 @@
+"""What the server keeps beyond one request: stored chat completions and documents, as ids.
+
+`Store` is the one interface; `sqlite.SQLiteStore` (the default: one file, no server) and
+`postgres.PostgresStore` (several gateways, one database) implement it. Every method is scoped
+by `owner` (a digest of the caller's API key, `owner_of`): one key never sees another's records.
+A method returns only after what it wrote is durable, so an acknowledged record survives a
+killed process.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+__all__ = ["Document", "Page", "Store", "StoredCompletion", "owner_of"]
+
+
+def owner_of(api_key: str | None) -> str:
+    """The owner of what a caller stores: a digest of its key (keys themselves are never
+    written down), or "" on a server without keys."""
+    return hashlib.sha256(api_key.encode()).hexdigest() if api_key else ""
+
+
+@dataclass(frozen=True)
+class Document:
+    id: str
+    owner: str
+    tokenizer_version: str
+    token_ids: list[int]
+    created: int
+
+
+@dataclass(frozen=True)
+class StoredCompletion:
+    """A chat completion kept with `store: true`: the request and the response as they went
+    over the wire (JSON), and the ids of both sides in `tokenizer_version`."""
+
+    id: str
+    owner: str
+    model: str
+    created: int
+    tokenizer_version: str
+    template_version: str | None
+    prompt_ids: list[int]
+    """The rendered prompt, as the model read it."""
+    request: dict[str, Any]
+    response: dict[str, Any]
+    metadata: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Page:
+    data: list[StoredCompletion]
+    has_more: bool
+
+
+class Store(Protocol):
+    async def put_completion(self, record: StoredCompletion) -> None: ...
+
+    async def get_completion(self, owner: str, id: str) -> StoredCompletion | None: ...
+
+    async def list_completions(
+        self, owner: str, *, model: str | None = None, metadata: dict[str, str] | None = None,
+        after: str | None = None, limit: int = 20, order: Literal["asc", "desc"] = "asc",
+    ) -> Page:
+        """Records in creation order (ties broken by id); `after`: the id the previous page
+        ended with; `metadata`: every pair must match."""
+        ...
+
+    async def update_completion(
+        self, owner: str, id: str, metadata: dict[str, str]
+    ) -> StoredCompletion | None:
+        """Replace the metadata; None if there is no such record."""
+        ...
+
+    async def delete_completion(self, owner: str, id: str) -> bool: ...
+
+    async def put_document(self, document: Document) -> None: ...
+
+    async def get_document(self, owner: str, id: str) -> Document | None: ...
+
+    async def documents(self, owner: str) -> list[Document]:
+        """Every document of `owner`, oldest first (what a search index is built from)."""
+        ...
+
+    async def aclose(self) -> None: ...
