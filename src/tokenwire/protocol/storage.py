@@ -1,0 +1,148 @@
+"""What the server keeps: stored chat completions (OpenAI's endpoints) and documents held as ids.
+
+Every read takes `format`: "text" (decoded where only ids were kept), "tokens" (the ids, with
+their `tokenizer_version`, no text), or "both"; without it a record comes back as it was sent.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, model_validator
+
+from ._base import RequestModel, ResponseModel
+from .chat import ChatCompletion
+from .common import TokenId
+
+__all__ = [
+    "DeletedCompletion",
+    "Document",
+    "DocumentCreated",
+    "DocumentQuery",
+    "DocumentSearchHit",
+    "DocumentSearchRequest",
+    "DocumentSearchResults",
+    "MAX_METADATA_PAIRS",
+    "Metadata",
+    "NewDocument",
+    "ReadFormat",
+    "StoredCompletionList",
+    "StoredMessage",
+    "StoredMessageList",
+    "UpdateCompletion",
+]
+
+ReadFormat = Literal["text", "tokens", "both"]
+
+MAX_METADATA_PAIRS = 16
+Metadata = Annotated[
+    dict[Annotated[str, Field(max_length=64)], Annotated[str, Field(max_length=512)]],
+    Field(max_length=MAX_METADATA_PAIRS),
+]
+"""OpenAI's limits: up to 16 pairs, keys of at most 64 characters, values of at most 512."""
+
+
+# -- stored chat completions ------------------------------------------------------------------
+
+
+class StoredCompletionList(ResponseModel):
+    object: Literal["list"] = "list"
+    data: list[ChatCompletion]
+    first_id: str | None
+    last_id: str | None
+    has_more: bool
+
+
+class UpdateCompletion(RequestModel):
+    """`POST /v1/chat/completions/{id}`: only the metadata of a stored completion can change."""
+
+    metadata: Metadata | None
+    """Replaces the stored metadata whole (null: none)."""
+
+
+class DeletedCompletion(ResponseModel):
+    id: str
+    object: Literal["chat.completion.deleted"] = "chat.completion.deleted"
+    deleted: bool
+
+
+class StoredMessage(ResponseModel):
+    omit_if_none = frozenset({"name", "token_ids", "tokenizer_version"})
+    id: str
+    role: str
+    content: str | None
+    name: str | None = None
+    token_ids: list[int] | None = None
+    """The message's ids as the model read it (`format` tokens or both): its content, without
+    the template's role markers."""
+    tokenizer_version: str | None = None
+
+
+class StoredMessageList(ResponseModel):
+    object: Literal["list"] = "list"
+    data: list[StoredMessage]
+    first_id: str | None
+    last_id: str | None
+    has_more: bool
+
+
+# -- documents --------------------------------------------------------------------------------
+
+
+class NewDocument(RequestModel):
+    """`POST /v1/documents`: text (encoded once, with `tokenizer_version` or the served model's
+    version) or ids of a named version (kept as they are)."""
+
+    text: str | None = None
+    token_ids: list[TokenId] | None = None
+    tokenizer_version: str | None = None
+    """The version of `token_ids` (required with them); with `text`, the version to encode it
+    with (default: the served model's)."""
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> NewDocument:
+        if (self.text is None) == (self.token_ids is None):
+            raise ValueError("send exactly one of `text` and `token_ids`")
+        return self
+
+
+class DocumentCreated(ResponseModel):
+    id: str
+    object: Literal["document"] = "document"
+    tokenizer_version: str
+    count: int
+    """How many ids the document holds."""
+
+
+class Document(ResponseModel):
+    omit_if_none = frozenset({"token_ids", "tokenizer_version", "text"})
+    id: str
+    object: Literal["document"] = "document"
+    token_ids: list[int] | None = None
+    tokenizer_version: str | None = None
+    text: str | None = None
+
+
+class DocumentQuery(RequestModel):
+    token_ids: list[TokenId]
+    tokenizer_version: str
+
+
+class DocumentSearchRequest(RequestModel):
+    query: str | DocumentQuery
+    """Text (encoded once, in `tokenizer_version` or the served model's version), or ids."""
+    tokenizer_version: str | None = None
+    """With a text query: the version to encode it with, whose documents are searched."""
+    limit: int = Field(10, ge=1, le=100)
+
+
+class DocumentSearchHit(ResponseModel):
+    document_id: str
+    score: float
+
+
+class DocumentSearchResults(ResponseModel):
+    object: Literal["list"] = "list"
+    data: list[DocumentSearchHit]
+    tokenizer_version: str
+    """The version the query was searched in (only documents of that version are searched)."""
