@@ -21,7 +21,8 @@ from tests.upstreams import free_port
 from tokenwire.storage import Store, open_store
 from tokenwire.storage._sql import POSTGRES, SQLITE
 
-BACKENDS = ["sqlite", "postgresql"]
+# the PostgreSQL runs start a server process: slow (`make test-quick` leaves them out)
+BACKENDS = ["sqlite", pytest.param("postgresql", marks=pytest.mark.slow)]
 
 
 def _pg_bin() -> Path | None:
