@@ -26,6 +26,9 @@ export TOKENWIRE_CLIENTS_PYTHON ?= $(abspath $(CLIENTS))/bin/python
 # strands-agents with the strands-vllm provider: a virtualenv of its own (it needs openai<2)
 STRANDS := .venv-strands
 STRANDS_INSTALLED := $(STRANDS)/.installed
+# the PostgreSQL server tests/storage starts itself: Debian's package, installed when missing
+# (CI runs as root on a fresh machine)
+POSTGRES_INSTALLED := $(VENV)/.postgresql-installed
 export TOKENWIRE_STRANDS_PYTHON ?= $(abspath $(STRANDS))/bin/python
 
 .PHONY: install serve test test-quick lint bench clean
@@ -68,6 +71,11 @@ $(STRANDS_INSTALLED): tests/clients/strands-requirements.txt
 	$(STRANDS)/bin/pip install --quiet -r tests/clients/strands-requirements.txt
 	touch $@
 
+$(POSTGRES_INSTALLED): | $(BIN)/python
+	if ! command -v pg_ctl >/dev/null && ! ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1; \
+	then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql; fi
+	touch $@
+
 $(TOKENWIRE_LLAMA_SERVER): | $(BIN)/python
 	scripts/build-llama-server.sh $(LLAMA_CPP_VERSION) $(LLAMA_SERVER_DIR) $(BIN)/pip
 
@@ -80,7 +88,8 @@ serve: install
 GATEWAY_RUN := --ignore=tests/e2e/test_gateway.py
 # every shipped model is there: a test that needs one fails rather than skips
 test test-quick: export TOKENWIRE_TEST_REQUIRE_MODELS := 1
-test: $(DEV_INSTALLED) $(TOKENWIRE_LLAMA_SERVER) $(CLIENTS_INSTALLED) $(STRANDS_INSTALLED)
+test: $(DEV_INSTALLED) $(TOKENWIRE_LLAMA_SERVER) $(CLIENTS_INSTALLED) $(STRANDS_INSTALLED) \
+      $(POSTGRES_INSTALLED)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 	TOKENWIRE_TEST_UPSTREAM=tokenwire $(BIN)/python -m pytest tests/e2e $(GATEWAY_RUN) $(PYTEST_ARGS)
 	TOKENWIRE_TEST_UPSTREAM=llama-server $(BIN)/python -m pytest tests/e2e $(GATEWAY_RUN) $(PYTEST_ARGS)

@@ -8,7 +8,7 @@ import pytest
 
 @pytest.mark.parametrize("name", ["tokenwire", "tokenwire.protocol", "tokenwire.tokenizers",
                                   "tokenwire.engines", "tokenwire.errors",
-                                  "tokenwire.client"])
+                                  "tokenwire.client", "tokenwire.storage"])
 def test_all_is_the_public_surface(name: str) -> None:
     """Every public class or function a module offers is in __all__, and all of it exists."""
     module = importlib.import_module(name)

@@ -212,6 +212,13 @@ class Settings(BaseSettings):
         Path.home() / ".cache" / "tokenwire" / "tokenizers",
         description="Where tokenizer versions are kept, so they stay addressable forever.",
     )
+    storage: str = Field(
+        str(Path.home() / ".cache" / "tokenwire" / "store.sqlite3"),
+        description="Where stored completions (`store: true`) and documents are kept, as token "
+        "ids: a SQLite file (a path or sqlite:///PATH; the default sits beside "
+        "`tokenizer_store`), or postgresql://user:password@host:port/db for a database several "
+        "gateways share (the `postgres` extra). Writes are durable before they are answered.",
+    )
     require_tokenizer_version: bool = Field(
         True, description="Refuse token ids sent without tokenizer_version (API.md's default). "
         "False lets vLLM-dialect clients send bare ids, taken as the model's own version."

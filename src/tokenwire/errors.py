@@ -25,6 +25,7 @@ serving as configured (`SetupError`) are in the same tree, told to the operator,
     ├── RequestTooLargeError (413)           request_too_large
     ├── RateLimitError (429)                 queue_full
     ├── EngineError (503)                    engine_error
+    ├── StorageError (503)                   storage_unavailable
     ├── ServiceUnavailableError (503)        engine_unavailable
     │   └── ReplicaLostError                 (engines.base) a replica went away mid-response
     ├── SetupError (the server cannot serve as configured: told at start, never sent)
@@ -65,6 +66,7 @@ __all__ = [
     "ServiceUnavailableError",
     "SetupError",
     "SpecialTokenNotAllowedError",
+    "StorageError",
     "TokenizerIntegrityError",
     "TokenizerNotFoundError",
     "TokenizerParityError",
@@ -202,6 +204,15 @@ class EngineError(TokenwireError):
     status_code = 503
     error_type = "server_error"
     default_code = "engine_error"
+
+
+class StorageError(TokenwireError):
+    """The store (the SQLite file, the PostgreSQL server) failed: nothing was acknowledged, so
+    retry."""
+
+    status_code = 503
+    error_type = "server_error"
+    default_code = "storage_unavailable"
 
 
 class ServiceUnavailableError(TokenwireError):

@@ -29,6 +29,9 @@ class Document:
     tokenizer_version: str
     token_ids: list[int]
     created: int
+    vocab_size: int
+    """Of `tokenizer_version`: every id is below it, and it picks how the ids are packed (2
+    bytes each up to 65,536 ids, else 4)."""
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,8 @@ class StoredCompletion:
     template_version: str | None
     prompt_ids: list[int]
     """The rendered prompt, as the model read it."""
+    vocab_size: int
+    """Of `tokenizer_version` (see `Document.vocab_size`)."""
     request: dict[str, Any]
     response: dict[str, Any]
     metadata: dict[str, str] = field(default_factory=dict)
@@ -64,8 +69,9 @@ class Store(Protocol):
         self, owner: str, *, model: str | None = None, metadata: dict[str, str] | None = None,
         after: str | None = None, limit: int = 20, order: Literal["asc", "desc"] = "asc",
     ) -> Page:
-        """Records in creation order (ties broken by id); `after`: the id the previous page
-        ended with; `metadata`: every pair must match."""
+        """Records in the order they were stored; `after`: the id the previous page ended with
+        (an id this owner does not have: `InvalidRequestError` naming `after`); `metadata`:
+        every pair must match."""
         ...
 
     async def update_completion(

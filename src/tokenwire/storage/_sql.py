@@ -1,0 +1,157 @@
+"""The SQL both stores run: the schema's migrations, the queries, and rows <-> records.
+
+Written once with `?` parameters and `{blob}`/`{serial}` column types; a `Dialect` fills them
+in for SQLite or PostgreSQL. The only query the two write differently is the metadata filter.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from ..errors import InvalidRequestError
+from ._packing import pack, unpack
+from .base import Document, StoredCompletion
+
+
+@dataclass(frozen=True)
+class Dialect:
+    name: str
+    blob: str
+    serial: str
+    """The `seq` column: a key that grows with every insert, never reused."""
+    param: str
+
+    def sql(self, text: str) -> str:
+        return text.replace("{blob}", self.blob).replace("{serial}", self.serial) \
+            .replace("?", self.param)
+
+    def metadata_match(self, metadata: dict[str, str]) -> tuple[str, list[Any]]:
+        """A condition true when every pair of `metadata` is in the row's metadata."""
+        if self.name == "postgresql":
+            return "metadata::jsonb @> ?::jsonb", [json.dumps(metadata)]
+        match = "EXISTS (SELECT 1 FROM json_each(metadata) WHERE key = ? AND value = ?)"
+        return " AND ".join([match] * len(metadata)), [x for kv in metadata.items() for x in kv]
+
+
+SQLITE = Dialect("sqlite", "BLOB", "INTEGER PRIMARY KEY AUTOINCREMENT", "?")
+POSTGRES = Dialect("postgresql", "BYTEA", "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY", "%s")
+
+SCHEMA_VERSION_TABLE = "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)"
+READ_VERSION = "SELECT MAX(version) FROM schema_version"
+WRITE_VERSION = ("DELETE FROM schema_version", "INSERT INTO schema_version (version) VALUES (?)")
+
+MIGRATIONS: list[tuple[str, ...]] = [
+    # 1: the two tables; ids packed (`width` bytes each), JSON as text
+    ("""CREATE TABLE completions (
+        seq {serial},
+        owner TEXT NOT NULL,
+        id TEXT NOT NULL,
+        model TEXT NOT NULL,
+        created BIGINT NOT NULL,
+        tokenizer_version TEXT NOT NULL,
+        template_version TEXT,
+        vocab_size BIGINT NOT NULL,
+        width SMALLINT NOT NULL,
+        prompt_ids {blob} NOT NULL,
+        request TEXT NOT NULL,
+        response TEXT NOT NULL,
+        metadata TEXT NOT NULL,
+        UNIQUE (owner, id))""",
+     """CREATE TABLE documents (
+        seq {serial},
+        owner TEXT NOT NULL,
+        id TEXT NOT NULL,
+        created BIGINT NOT NULL,
+        tokenizer_version TEXT NOT NULL,
+        vocab_size BIGINT NOT NULL,
+        width SMALLINT NOT NULL,
+        ids {blob} NOT NULL,
+        count INTEGER NOT NULL,
+        UNIQUE (owner, id))"""),
+    # 2: listing walks one owner's rows in `seq` order, by model or not
+    ("CREATE INDEX completions_by_owner ON completions (owner, seq)",
+     "CREATE INDEX completions_by_model ON completions (owner, model, seq)",
+     "CREATE INDEX documents_by_owner ON documents (owner, seq)"),
+]
+"""Step n brings the schema from version n - 1 to n, in one transaction. Append; never edit."""
+
+_COMPLETION = ("owner, id, model, created, tokenizer_version, template_version, vocab_size, "
+               "width, prompt_ids, request, response, metadata")
+_DOCUMENT = "owner, id, created, tokenizer_version, vocab_size, width, ids, count"
+
+INSERT_COMPLETION = (f"INSERT INTO completions ({_COMPLETION}) "
+                     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+GET_COMPLETION = f"SELECT {_COMPLETION} FROM completions WHERE owner = ? AND id = ?"
+SEQ_OF_COMPLETION = "SELECT seq FROM completions WHERE owner = ? AND id = ?"
+UPDATE_METADATA = (f"UPDATE completions SET metadata = ? WHERE owner = ? AND id = ? "
+                   f"RETURNING {_COMPLETION}")
+DELETE_COMPLETION = "DELETE FROM completions WHERE owner = ? AND id = ?"
+INSERT_DOCUMENT = f"INSERT INTO documents ({_DOCUMENT}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+GET_DOCUMENT = f"SELECT {_DOCUMENT} FROM documents WHERE owner = ? AND id = ?"
+LIST_DOCUMENTS = f"SELECT {_DOCUMENT} FROM documents WHERE owner = ? ORDER BY seq"
+
+
+def list_completions(dialect: Dialect, owner: str, *, model: str | None,
+                     metadata: dict[str, str] | None, after_seq: int | None, limit: int,
+                     order: Literal["asc", "desc"]) -> tuple[str, list[Any]]:
+    """One page and one row more (which tells `has_more`)."""
+    if limit < 1:
+        raise InvalidRequestError("limit must be at least 1", param="limit")
+    if order not in ("asc", "desc"):
+        raise InvalidRequestError("order must be asc or desc", param="order")
+    where: list[str] = ["owner = ?"]
+    params: list[Any] = [owner]
+    if model is not None:
+        where.append("model = ?")
+        params.append(model)
+    if after_seq is not None:
+        where.append("seq > ?" if order == "asc" else "seq < ?")
+        params.append(after_seq)
+    if metadata:
+        match, more = dialect.metadata_match(metadata)
+        where.append(match)
+        params.extend(more)
+    text = (f"SELECT {_COMPLETION} FROM completions WHERE {' AND '.join(where)} "
+            f"ORDER BY seq {order.upper()} LIMIT {int(limit) + 1}")
+    return dialect.sql(text), params
+
+
+def unknown_after(after: str) -> InvalidRequestError:
+    return InvalidRequestError(f"there is no stored completion {after!r} to list after",
+                               param="after")
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def completion_params(r: StoredCompletion) -> tuple[Any, ...]:
+    ids, width = pack(r.prompt_ids, r.vocab_size)
+    return (r.owner, r.id, r.model, r.created, r.tokenizer_version, r.template_version,
+            r.vocab_size, width, ids, dumps(r.request), dumps(r.response), dumps(r.metadata))
+
+
+def completion_from_row(row: Sequence[Any]) -> StoredCompletion:
+    (owner, id, model, created, tokenizer_version, template_version, vocab_size, width, ids,
+     request, response, metadata) = row
+    return StoredCompletion(
+        id=id, owner=owner, model=model, created=created, tokenizer_version=tokenizer_version,
+        template_version=template_version, prompt_ids=unpack(bytes(ids), width),
+        vocab_size=vocab_size, request=json.loads(request), response=json.loads(response),
+        metadata=json.loads(metadata),
+    )
+
+
+def document_params(d: Document) -> tuple[Any, ...]:
+    ids, width = pack(d.token_ids, d.vocab_size)
+    return (d.owner, d.id, d.created, d.tokenizer_version, d.vocab_size, width, ids,
+            len(d.token_ids))
+
+
+def document_from_row(row: Sequence[Any]) -> Document:
+    owner, id, created, tokenizer_version, vocab_size, width, ids, _count = row
+    return Document(id=id, owner=owner, tokenizer_version=tokenizer_version,
+                    token_ids=unpack(bytes(ids), width), created=created, vocab_size=vocab_size)

@@ -1,0 +1,178 @@
+"""`SQLiteStore`: the default store, one SQLite file and no server.
+
+The stdlib driver blocks, so every call runs on one dedicated thread (the event loop never
+waits on the disk, and the connection is only ever touched by that thread). The file is in WAL
+mode with `synchronous=FULL`: a commit returns only after its WAL frames are fsynced, so every
+acknowledged write survives a killed process or a lost machine. Several processes may share
+the file (writers take turns; `busy_timeout` waits for the lock).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+from ..errors import StorageError
+from . import _sql
+from ._sql import SQLITE
+from .base import Document, Page, StoredCompletion
+
+__all__ = ["SQLiteStore"]
+
+T = TypeVar("T")
+_BUSY_TIMEOUT_MS = 10_000
+
+
+def _q(text: str) -> str:
+    return SQLITE.sql(text)
+
+
+def migrate(conn: sqlite3.Connection, steps: list[tuple[str, ...]] = _sql.MIGRATIONS) -> int:
+    """Apply the steps the file lacks, each in one transaction (BEGIN IMMEDIATE: a second
+    process opening the same file waits, then finds the step done); returns the version."""
+    conn.execute(_sql.SCHEMA_VERSION_TABLE)
+    for target, statements in enumerate(steps, start=1):
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            current = conn.execute(_sql.READ_VERSION).fetchone()[0] or 0
+            if current > len(steps):
+                raise StorageError(f"the store is at schema version {current}, newer than "
+                                   f"this tokenwire knows ({len(steps)}): upgrade tokenwire")
+            if current < target:
+                for statement in statements:
+                    conn.execute(_q(statement))
+                conn.execute(_sql.WRITE_VERSION[0])
+                conn.execute(_q(_sql.WRITE_VERSION[1]), (target,))
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+    return len(steps)
+
+
+def connect(path: Path) -> sqlite3.Connection:
+    """A connection in autocommit mode (transactions are explicit), WAL, synchronous=FULL."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
+    mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+    if mode != "wal":
+        conn.close()
+        raise StorageError(f"{str(path)!r} cannot be put in WAL mode (journal mode {mode!r})")
+    conn.execute("PRAGMA synchronous = FULL")
+    return conn
+
+
+class SQLiteStore:
+    def __init__(self, path: str | Path):
+        self.path = Path(path).expanduser()
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="tokenwire-sqlite")
+        self._conn: sqlite3.Connection | None = None
+        self._closed = False
+        # the first job on the thread; every later call queues behind it
+        self._opened = self._executor.submit(self._open)
+
+    def _open(self) -> None:
+        try:
+            conn = connect(self.path)
+        except (sqlite3.Error, OSError) as exc:
+            raise StorageError(f"cannot open the store {str(self.path)!r}: {exc}") from exc
+        try:
+            migrate(conn)
+        except BaseException as exc:
+            conn.close()
+            if isinstance(exc, sqlite3.Error):
+                raise StorageError(f"cannot migrate the store {str(self.path)!r}: {exc}") \
+                    from exc
+            raise
+        self._conn = conn
+
+    def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        self._opened.result()  # done (this thread ran it first); raises what opening raised
+        assert self._conn is not None
+        try:
+            return fn(self._conn)
+        except sqlite3.IntegrityError as exc:
+            raise ValueError(f"already stored: {exc}") from exc
+        except sqlite3.Error as exc:
+            raise StorageError(f"the store {str(self.path)!r} failed: {exc}") from exc
+
+    async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, self._call, fn)
+
+    async def put_completion(self, record: StoredCompletion) -> None:
+        params = _sql.completion_params(record)
+        await self._run(lambda c: c.execute(_q(_sql.INSERT_COMPLETION), params))
+
+    async def get_completion(self, owner: str, id: str) -> StoredCompletion | None:
+        row = await self._run(
+            lambda c: c.execute(_q(_sql.GET_COMPLETION), (owner, id)).fetchone())
+        return None if row is None else _sql.completion_from_row(row)
+
+    async def list_completions(
+        self, owner: str, *, model: str | None = None, metadata: dict[str, str] | None = None,
+        after: str | None = None, limit: int = 20, order: Literal["asc", "desc"] = "asc",
+    ) -> Page:
+        def page(c: sqlite3.Connection) -> list[Any]:
+            c.execute("BEGIN")  # one snapshot for the cursor and the page
+            try:
+                after_seq = None
+                if after is not None:
+                    found = c.execute(_q(_sql.SEQ_OF_COMPLETION), (owner, after)).fetchone()
+                    if found is None:
+                        raise _sql.unknown_after(after)
+                    after_seq = found[0]
+                text, params = _sql.list_completions(
+                    SQLITE, owner, model=model, metadata=metadata, after_seq=after_seq,
+                    limit=limit, order=order)
+                return c.execute(text, params).fetchall()
+            finally:
+                c.execute("COMMIT")
+
+        rows = await self._run(page)
+        return Page([_sql.completion_from_row(r) for r in rows[:limit]], len(rows) > limit)
+
+    async def update_completion(
+        self, owner: str, id: str, metadata: dict[str, str]
+    ) -> StoredCompletion | None:
+        text = _sql.dumps(metadata)
+        row = await self._run(
+            lambda c: c.execute(_q(_sql.UPDATE_METADATA), (text, owner, id)).fetchone())
+        return None if row is None else _sql.completion_from_row(row)
+
+    async def delete_completion(self, owner: str, id: str) -> bool:
+        n = await self._run(
+            lambda c: c.execute(_q(_sql.DELETE_COMPLETION), (owner, id)).rowcount)
+        return n > 0
+
+    async def put_document(self, document: Document) -> None:
+        params = _sql.document_params(document)
+        await self._run(lambda c: c.execute(_q(_sql.INSERT_DOCUMENT), params))
+
+    async def get_document(self, owner: str, id: str) -> Document | None:
+        row = await self._run(
+            lambda c: c.execute(_q(_sql.GET_DOCUMENT), (owner, id)).fetchone())
+        return None if row is None else _sql.document_from_row(row)
+
+    async def documents(self, owner: str) -> list[Document]:
+        rows = await self._run(
+            lambda c: c.execute(_q(_sql.LIST_DOCUMENTS), (owner,)).fetchall())
+        return [_sql.document_from_row(r) for r in rows]
+
+    async def aclose(self) -> None:
+        def close(c: sqlite3.Connection) -> None:
+            c.close()
+
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            await self._run(close)
+        except StorageError:
+            pass  # it never opened: nothing to close
+        finally:
+            self._executor.shutdown(wait=False)

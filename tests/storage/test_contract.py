@@ -1,0 +1,189 @@
+"""The `Store` contract, run against both backends (SQLite file, real PostgreSQL server)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.storage.conftest import raw
+from tokenwire.errors import InvalidRequestError, InvalidTokenIdError
+from tokenwire.storage import Document, Store, StoredCompletion, open_store, owner_of
+
+pytestmark = pytest.mark.anyio
+
+SMOLLM2_VOCAB = 49_152
+GEMMA3_VOCAB = 262_144
+ALICE, BOB = owner_of("sk-alice"), owner_of("sk-bob")
+
+
+def completion(id: str, *, owner: str = ALICE, model: str = "smollm2",
+               metadata: dict[str, str] | None = None, created: int = 1_700_000_000,
+               prompt_ids: list[int] | None = None, vocab_size: int = SMOLLM2_VOCAB,
+               template_version: str | None = "tpl-1") -> StoredCompletion:
+    prompt = prompt_ids if prompt_ids is not None else [1, 9690, 198, vocab_size - 1]
+    sampled = [504, 2]
+    request: dict[str, Any] = {"model": model, "store": True, "seed": 7, "temperature": 0.5,
+                               "messages": [{"role": "user", "content": "héllo ✓"}]}
+    response: dict[str, Any] = {"id": id, "object": "chat.completion", "model": model,
+                                "choices": [{"index": 0, "token_ids": sampled,
+                                             "message": {"role": "assistant", "content": "hi"}}]}
+    return StoredCompletion(id=id, owner=owner, model=model, created=created,
+                            tokenizer_version="tv-" + model, template_version=template_version,
+                            prompt_ids=prompt, vocab_size=vocab_size, request=request,
+                            response=response, metadata=metadata or {})
+
+
+async def test_put_then_get_returns_every_field(store: Store) -> None:
+    record = completion("chatcmpl-1", metadata={"user": "ü", "run": "3"})
+    await store.put_completion(record)
+    assert await store.get_completion(ALICE, "chatcmpl-1") == record
+    plain = completion("chatcmpl-2", template_version=None, prompt_ids=[])
+    await store.put_completion(plain)
+    assert await store.get_completion(ALICE, "chatcmpl-2") == plain
+    assert await store.get_completion(ALICE, "chatcmpl-missing") is None
+
+
+async def test_one_owner_never_sees_another(store: Store) -> None:
+    await store.put_completion(completion("c-1", owner=ALICE))
+    await store.put_document(Document("doc-1", ALICE, "tv", [1, 2, 3], 1, SMOLLM2_VOCAB))
+    assert await store.get_completion(BOB, "c-1") is None
+    assert (await store.list_completions(BOB)).data == []
+    assert await store.update_completion(BOB, "c-1", {"x": "y"}) is None
+    assert await store.delete_completion(BOB, "c-1") is False
+    assert await store.get_document(BOB, "doc-1") is None
+    assert await store.documents(BOB) == []
+    with pytest.raises(InvalidRequestError) as info:
+        await store.list_completions(BOB, after="c-1")  # not even as a cursor
+    assert info.value.param == "after"
+    # the same id under another owner is another record
+    await store.put_completion(completion("c-1", owner=BOB, model="gemma"))
+    assert (await store.get_completion(ALICE, "c-1")).model == "smollm2"
+    assert (await store.get_completion(BOB, "c-1")).model == "gemma"
+
+
+async def test_a_second_put_of_one_id_is_refused(store: Store) -> None:
+    await store.put_completion(completion("c-1"))
+    with pytest.raises(ValueError, match="already stored"):
+        await store.put_completion(completion("c-1", model="other"))
+    assert (await store.get_completion(ALICE, "c-1")).model == "smollm2"
+
+
+async def _ids(store: Store, **kw: Any) -> tuple[list[str], bool]:
+    page = await store.list_completions(ALICE, **kw)
+    return [r.id for r in page.data], page.has_more
+
+
+async def test_list_order_limit_and_cursor(store: Store) -> None:
+    for i in range(7):
+        await store.put_completion(completion(f"c-{i}", created=1_700_000_000 + i // 3))
+    await store.put_completion(completion("other", owner=BOB))
+    assert await _ids(store) == ([f"c-{i}" for i in range(7)], False)
+    assert await _ids(store, order="desc", limit=3) == (["c-6", "c-5", "c-4"], True)
+    assert await _ids(store, limit=7) == ([f"c-{i}" for i in range(7)], False)
+    # walking pages with `after` visits every record once, in both orders
+    for order in ("asc", "desc"):
+        seen: list[str] = []
+        after = None
+        while True:
+            ids, more = await _ids(store, order=order, limit=2, after=after)
+            seen += ids
+            if not more:
+                break
+            after = ids[-1]
+        expected = [f"c-{i}" for i in range(7)]
+        assert seen == (expected if order == "asc" else expected[::-1])
+    assert await _ids(store, after="c-6") == ([], False)
+    assert await _ids(store, after="c-0", order="desc") == ([], False)
+
+
+async def test_list_filters_by_model_and_every_metadata_pair(store: Store) -> None:
+    await store.put_completion(completion("a", model="smollm2", metadata={"team": "x",
+                                                                          "run": "1"}))
+    await store.put_completion(completion("b", model="gemma", metadata={"team": "x"}))
+    await store.put_completion(completion("c", model="smollm2", metadata={"team": "y",
+                                                                          "run": "1"}))
+    await store.put_completion(completion("d", model="smollm2"))
+    assert await _ids(store, model="smollm2") == (["a", "c", "d"], False)
+    assert await _ids(store, model="nope") == ([], False)
+    assert await _ids(store, metadata={"team": "x"}) == (["a", "b"], False)
+    assert await _ids(store, metadata={"team": "x", "run": "1"}) == (["a"], False)
+    assert await _ids(store, metadata={"run": "1"}, model="smollm2") == (["a", "c"], False)
+    assert await _ids(store, metadata={"team": "x", "run": "2"}) == ([], False)
+    assert await _ids(store, metadata={"team": "x"}, limit=1) == (["a"], True)
+    assert await _ids(store, metadata={"team": "x"}, limit=1, after="a") == (["b"], False)
+    # keys and values that would be syntax in a JSON path or a LIKE pattern are plain text
+    await store.put_completion(completion("e", metadata={"a.b": "%", "$[0]": "'"}))
+    assert await _ids(store, metadata={"a.b": "%", "$[0]": "'"}) == (["e"], False)
+    assert await _ids(store, metadata={"a.b": "x%"}) == ([], False)
+
+
+async def test_list_refuses_bad_cursor_and_limit(store: Store) -> None:
+    await store.put_completion(completion("a"))
+    with pytest.raises(InvalidRequestError, match="'nope'") as info:
+        await store.list_completions(ALICE, after="nope")
+    assert info.value.param == "after"
+    with pytest.raises(InvalidRequestError) as info:
+        await store.list_completions(ALICE, limit=0)
+    assert info.value.param == "limit"
+
+
+async def test_update_replaces_metadata(store: Store) -> None:
+    await store.put_completion(completion("a", metadata={"old": "1", "keep": "no"}))
+    updated = await store.update_completion(ALICE, "a", {"new": "2"})
+    assert updated is not None and updated.metadata == {"new": "2"}
+    assert updated.prompt_ids == completion("a").prompt_ids
+    assert (await store.get_completion(ALICE, "a")) == updated
+    assert await _ids(store, metadata={"old": "1"}) == ([], False)
+    assert await _ids(store, metadata={"new": "2"}) == (["a"], False)
+    assert await store.update_completion(ALICE, "missing", {"x": "y"}) is None
+
+
+async def test_delete(store: Store) -> None:
+    await store.put_completion(completion("a"))
+    await store.put_completion(completion("b"))
+    assert await store.delete_completion(ALICE, "a") is True
+    assert await store.get_completion(ALICE, "a") is None
+    assert await store.delete_completion(ALICE, "a") is False
+    assert await _ids(store) == (["b"], False)
+    with pytest.raises(InvalidRequestError):
+        await store.list_completions(ALICE, after="a")
+
+
+@pytest.mark.parametrize(("vocab", "width"), [(SMOLLM2_VOCAB, 2), (GEMMA3_VOCAB, 4)])
+async def test_documents_round_trip_packed(store: Store, store_url: str, vocab: int,
+                                           width: int) -> None:
+    ids = [0, 2, 65_535 % vocab, vocab - 1] * 1000
+    doc = Document("doc-1", ALICE, f"tv-{vocab}", ids, 1_700_000_000, vocab)
+    await store.put_document(doc)
+    await store.put_document(Document("doc-0", ALICE, "tv", [], 1_700_000_001, vocab))
+    assert await store.get_document(ALICE, "doc-1") == doc
+    assert [d.id for d in await store.documents(ALICE)] == ["doc-1", "doc-0"]
+    assert await store.get_document(ALICE, "doc-2") is None
+    # as packed on disk: `width` bytes an id, and the count beside them
+    [(w, n, count)] = raw(store_url, "SELECT width, length(ids), count FROM documents "
+                          "WHERE id = ?", ("doc-1",))
+    assert (w, n, count) == (width, width * len(ids), len(ids))
+
+
+async def test_ids_outside_the_vocabulary_are_not_stored(store: Store) -> None:
+    with pytest.raises(InvalidTokenIdError):
+        await store.put_document(Document("d", ALICE, "tv", [1, SMOLLM2_VOCAB], 1,
+                                          SMOLLM2_VOCAB))
+    with pytest.raises(InvalidTokenIdError):
+        await store.put_completion(completion("c", prompt_ids=[-1]))
+    assert await store.documents(ALICE) == []
+    assert (await store.list_completions(ALICE)).data == []
+
+
+async def test_records_outlive_the_store_object(store_url: str) -> None:
+    first = open_store(store_url)
+    await first.put_completion(completion("a"))
+    await first.put_document(Document("d", ALICE, "tv", [5, 6], 1, GEMMA3_VOCAB))
+    await first.aclose()
+    again = open_store(store_url)
+    try:
+        assert await again.get_completion(ALICE, "a") == completion("a")
+        assert (await again.get_document(ALICE, "d")).token_ids == [5, 6]
+    finally:
+        await again.aclose()
