@@ -31,7 +31,8 @@ def completion(id: str, *, owner: str = ALICE, model: str = "smollm2",
     return StoredCompletion(id=id, owner=owner, model=model, created=created,
                             tokenizer_version="tv-" + model, template_version=template_version,
                             prompt_ids=prompt, vocab_size=vocab_size, request=request,
-                            response=response, metadata=metadata or {})
+                            response=response, metadata=metadata or {},
+                            output_ids=[sampled, [vocab_size - 1]], spans=[(0, 1, 3)])
 
 
 async def test_put_then_get_returns_every_field(store: Store) -> None:

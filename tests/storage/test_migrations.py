@@ -77,6 +77,7 @@ async def test_upgrade_from_version_1_keeps_its_records(store_url: str) -> None:
         old = await store.get_completion("o", "c-v1")
         assert old is not None and old.prompt_ids == [1, 2, 49_151]
         assert (old.request, old.response, old.metadata) == ({"a": 1}, {"b": 2}, {"k": "v"})
+        assert (old.output_ids, old.spans) == ([], [])  # step 3's columns: none kept then
         assert [r.id for r in (await store.list_completions("o", model="m")).data] == ["c-v1"]
         doc = await store.get_document("o", "d-v1")
         assert doc is not None and doc.token_ids == [7] * 10

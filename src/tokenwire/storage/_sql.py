@@ -75,15 +75,20 @@ MIGRATIONS: list[tuple[str, ...]] = [
     ("CREATE INDEX completions_by_owner ON completions (owner, seq)",
      "CREATE INDEX completions_by_model ON completions (owner, model, seq)",
      "CREATE INDEX documents_by_owner ON documents (owner, seq)"),
+    # 3: what each choice sampled (packed like the prompt, one blob, cut by `output_lengths`)
+    # and where each message went in the prompt; rows from before hold NULL (none kept)
+    ("ALTER TABLE completions ADD COLUMN output_ids {blob}",
+     "ALTER TABLE completions ADD COLUMN output_lengths TEXT",
+     "ALTER TABLE completions ADD COLUMN spans TEXT"),
 ]
 """Step n brings the schema from version n - 1 to n, in one transaction. Append; never edit."""
 
 _COMPLETION = ("owner, id, model, created, tokenizer_version, template_version, vocab_size, "
-               "width, prompt_ids, request, response, metadata")
+               "width, prompt_ids, request, response, metadata, output_ids, output_lengths, spans")
 _DOCUMENT = "owner, id, created, tokenizer_version, vocab_size, width, ids, count"
 
 INSERT_COMPLETION = (f"INSERT INTO completions ({_COMPLETION}) "
-                     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+                     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
 GET_COMPLETION = f"SELECT {_COMPLETION} FROM completions WHERE owner = ? AND id = ?"
 SEQ_OF_COMPLETION = "SELECT seq FROM completions WHERE owner = ? AND id = ?"
 UPDATE_METADATA = (f"UPDATE completions SET metadata = ? WHERE owner = ? AND id = ? "
@@ -130,18 +135,26 @@ def dumps(value: Any) -> str:
 
 def completion_params(r: StoredCompletion) -> tuple[Any, ...]:
     ids, width = pack(r.prompt_ids, r.vocab_size)
+    out, _ = pack([t for ids in r.output_ids for t in ids], r.vocab_size)
     return (r.owner, r.id, r.model, r.created, r.tokenizer_version, r.template_version,
-            r.vocab_size, width, ids, dumps(r.request), dumps(r.response), dumps(r.metadata))
+            r.vocab_size, width, ids, dumps(r.request), dumps(r.response), dumps(r.metadata),
+            out, dumps([len(ids) for ids in r.output_ids]), dumps(r.spans))
 
 
 def completion_from_row(row: Sequence[Any]) -> StoredCompletion:
     (owner, id, model, created, tokenizer_version, template_version, vocab_size, width, ids,
-     request, response, metadata) = row
+     request, response, metadata, out, lengths, spans) = row
+    flat = unpack(bytes(out), width) if out is not None else []
+    outputs, start = [], 0
+    for n in json.loads(lengths) if lengths is not None else []:
+        outputs.append(flat[start:start + n])
+        start += n
     return StoredCompletion(
         id=id, owner=owner, model=model, created=created, tokenizer_version=tokenizer_version,
         template_version=template_version, prompt_ids=unpack(bytes(ids), width),
         vocab_size=vocab_size, request=json.loads(request), response=json.loads(response),
-        metadata=json.loads(metadata),
+        metadata=json.loads(metadata), output_ids=outputs,
+        spans=[(i, a, b) for i, a, b in json.loads(spans)] if spans is not None else [],
     )
 
 

@@ -52,6 +52,11 @@ class StoredCompletion:
     request: dict[str, Any]
     response: dict[str, Any]
     metadata: dict[str, str] = field(default_factory=dict)
+    output_ids: list[list[int]] = field(default_factory=list)
+    """Each choice's sampled ids, in `tokenizer_version` (whatever the response showed)."""
+    spans: list[tuple[int, int, int]] = field(default_factory=list)
+    """(message index, start, end): where each request message's content went in
+    `prompt_ids` (the stored messages' ids, read without decoding)."""
 
 
 @dataclass(frozen=True)
