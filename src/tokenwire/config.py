@@ -212,12 +212,13 @@ class Settings(BaseSettings):
         Path.home() / ".cache" / "tokenwire" / "tokenizers",
         description="Where tokenizer versions are kept, so they stay addressable forever.",
     )
-    storage: str = Field(
-        str(Path.home() / ".cache" / "tokenwire" / "store.sqlite3"),
+    storage: str | None = Field(
+        None,
         description="Where stored completions (`store: true`) and documents are kept, as token "
-        "ids: a SQLite file (a path or sqlite:///PATH; the default sits beside "
-        "`tokenizer_store`), or postgresql://user:password@host:port/db for a database several "
-        "gateways share (the `postgres` extra). Writes are durable before they are answered.",
+        "ids: a SQLite file (a path or sqlite:///PATH; default: store.sqlite3 beside "
+        "`tokenizer_store`), postgresql://user:password@host:port/db for a database several "
+        "gateways share (the `postgres` extra), or `none` to keep nothing (`store` and the "
+        "document endpoints are then refused). Writes are durable before they are answered.",
     )
     require_tokenizer_version: bool = Field(
         True, description="Refuse token ids sent without tokenizer_version (API.md's default). "
@@ -360,6 +361,12 @@ class Settings(BaseSettings):
     def tokenizer_path(self) -> Path:
         """Where the pinned tokenizer comes from: `tokenizer`, else the served GGUF."""
         return self.tokenizer if self.tokenizer is not None else self.model_path()
+
+    def storage_url(self) -> str | None:
+        """`storage` as `open_store` reads it; None: nothing is kept."""
+        if self.storage is None:
+            return str(self.tokenizer_store.parent / "store.sqlite3")
+        return None if self.storage.strip().lower() == "none" else self.storage
 
     def raw_prompts_allowed(self, api_key: str | None) -> bool:
         """May a request made with `api_key` send raw prompts that carry control ids?"""

@@ -16,11 +16,14 @@ serving as configured (`SetupError`) are in the same tree, told to the operator,
     │   ├── NonCanonicalTokensError          non_canonical_tokens
     │   ├── ContextLengthExceededError       context_length_exceeded
     │   ├── ContentPolicyViolationError      content_policy_violation
-    │   └── UnsupportedParameterError        unsupported_parameter
+    │   ├── UnsupportedParameterError        unsupported_parameter
+    │   └── DuplicateIdError                 duplicate_id
     ├── AuthenticationError (401)            invalid_api_key
     ├── NotFoundError (404)
     │   ├── ModelNotFoundError               model_not_found
-    │   └── TokenizerNotFoundError           tokenizer_not_found
+    │   ├── TokenizerNotFoundError           tokenizer_not_found
+    │   ├── CompletionNotFoundError          completion_not_found
+    │   └── DocumentNotFoundError            document_not_found
     ├── MethodNotAllowedError (405)          method_not_allowed
     ├── RequestTooLargeError (413)           request_too_large
     ├── RateLimitError (429)                 queue_full
@@ -57,6 +60,9 @@ __all__ = [
     "InvalidTokenIdError",
     "KNOWN_CODES",
     "MethodNotAllowedError",
+    "CompletionNotFoundError",
+    "DocumentNotFoundError",
+    "DuplicateIdError",
     "ModelNotFoundError",
     "ModelSourceError",
     "NonCanonicalTokensError",
@@ -113,6 +119,12 @@ class TokenwireError(Exception):
 class InvalidRequestError(TokenwireError):
     status_code = 400
     error_type = "invalid_request_error"
+
+
+class DuplicateIdError(InvalidRequestError):
+    """A record of that id is already stored (a `request_id` sent twice with `store`)."""
+
+    default_code = "duplicate_id"
 
 
 class InvalidTokenIdError(InvalidRequestError):
@@ -173,6 +185,18 @@ class ModelNotFoundError(NotFoundError):
 
 class TokenizerNotFoundError(NotFoundError):
     default_code = "tokenizer_not_found"
+
+
+class CompletionNotFoundError(NotFoundError):
+    """No stored chat completion of that id (for this API key)."""
+
+    default_code = "completion_not_found"
+
+
+class DocumentNotFoundError(NotFoundError):
+    """No stored document of that id (for this API key)."""
+
+    default_code = "document_not_found"
 
 
 class MethodNotAllowedError(TokenwireError):

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from tests.storage.conftest import raw
-from tokenwire.errors import InvalidRequestError, InvalidTokenIdError
+from tokenwire.errors import DuplicateIdError, InvalidRequestError, InvalidTokenIdError
 from tokenwire.storage import Document, Store, StoredCompletion, open_store, owner_of
 
 pytestmark = pytest.mark.anyio
@@ -65,7 +65,7 @@ async def test_one_owner_never_sees_another(store: Store) -> None:
 
 async def test_a_second_put_of_one_id_is_refused(store: Store) -> None:
     await store.put_completion(completion("c-1"))
-    with pytest.raises(ValueError, match="already stored"):
+    with pytest.raises(DuplicateIdError, match="already stored"):
         await store.put_completion(completion("c-1", model="other"))
     assert (await store.get_completion(ALICE, "c-1")).model == "smollm2"
 

@@ -8,6 +8,7 @@ from pydantic import BeforeValidator, Discriminator, Field, Tag
 
 from ._base import RequestModel, ResponseModel
 from .common import (
+    Metadata,
     PromptLogprob,
     ResponseWarning,
     Stop,
@@ -38,6 +39,7 @@ __all__ = [
     "Content",
     "ContentBlock",
     "FinishReason",
+    "InputDocumentBlock",
     "InputTokensBlock",
     "ResponseMessage",
     "TextBlock",
@@ -57,9 +59,17 @@ class InputTokensBlock(RequestModel):
     token_ids: list[TokenId]
 
 
+class InputDocumentBlock(RequestModel):
+    """A stored document's ids (`POST /v1/documents`) spliced into the prompt straight from
+    storage; one of another tokenizer version is translated, with a warning."""
+
+    type: Literal["input_document"]
+    document_id: str
+
+
 def _block_tag(v: Any) -> str | None:
     kind = v.get("type") if isinstance(v, dict) else getattr(v, "type", None)
-    return f"~{kind}" if kind in ("text", "input_tokens") else None
+    return f"~{kind}" if kind in ("text", "input_tokens", "input_document") else None
 
 
 def _content_tag(v: Any) -> str | None:
@@ -67,18 +77,20 @@ def _content_tag(v: Any) -> str | None:
         return "~str"
     if isinstance(v, list):
         return "~list"
-    if isinstance(v, dict | TextBlock | InputTokensBlock):
+    if isinstance(v, dict | TextBlock | InputTokensBlock | InputDocumentBlock):
         return "~block"
     return None
 
 
 # Tags start with "~" so that error locations can drop them (see server/validation.py).
 ContentBlock = Annotated[
-    Annotated[TextBlock, Tag("~text")] | Annotated[InputTokensBlock, Tag("~input_tokens")],
+    Annotated[TextBlock, Tag("~text")] | Annotated[InputTokensBlock, Tag("~input_tokens")]
+    | Annotated[InputDocumentBlock, Tag("~input_document")],
     Discriminator(
         _block_tag,
         custom_error_type="invalid_content_block",
-        custom_error_message="content blocks must have type 'text' or 'input_tokens'",
+        custom_error_message="content blocks must have type 'text', 'input_tokens' or "
+                             "'input_document'",
     ),
 ]
 
@@ -90,8 +102,8 @@ Content = Annotated[
         _content_tag,
         custom_error_type="invalid_content",
         custom_error_message=(
-            "content must be a string, an input_tokens block, or an array of text and "
-            "input_tokens blocks"
+            "content must be a string, a content block, or an array of text, input_tokens "
+            "and input_document blocks"
         ),
     ),
 ]
@@ -179,8 +191,10 @@ class ChatCompletionRequest(VllmSamplingFields):
     # accepted and ignored: they cannot change the output
     user: str | None = None
     safety_identifier: str | None = None
-    metadata: dict[str, str] | None = None
+    metadata: Metadata | None = None
+    """Kept with the completion when `store` is true (OpenAI's limits)."""
     store: bool | None = None
+    """Keep the request, the response and the ids of both (`GET /v1/chat/completions`)."""
     service_tier: str | None = None
     prompt_cache_key: str | None = None
     """OpenAI's cache routing hint: requests with the same key go to the same replica."""

@@ -19,6 +19,8 @@ __all__ = [
     "ResponseWarning",
     "StreamOptions",
     "TokenId",
+    "MAX_METADATA_PAIRS",
+    "Metadata",
     "TokenLogprob",
     "Usage",
     "Stop",
@@ -29,6 +31,13 @@ __all__ = [
 #: A token id as a client may send it: a JSON integer, not negative. The upper bound depends on
 #: the tokenizer version and is checked by serving code.
 TokenId = Annotated[StrictInt, Field(ge=0)]
+
+MAX_METADATA_PAIRS = 16
+Metadata = Annotated[
+    dict[Annotated[str, Field(max_length=64)], Annotated[str, Field(max_length=512)]],
+    Field(max_length=MAX_METADATA_PAIRS),
+]
+"""OpenAI's limits: up to 16 pairs, keys of at most 64 characters, values of at most 512."""
 
 
 def _listify(v: Any) -> Any:

@@ -6,13 +6,13 @@ their `tokenizer_version`, no text), or "both"; without it a record comes back a
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Literal
 
 from pydantic import Field, model_validator
 
 from ._base import RequestModel, ResponseModel
 from .chat import ChatCompletion
-from .common import TokenId
+from .common import MAX_METADATA_PAIRS, Metadata, TokenId
 
 __all__ = [
     "DeletedCompletion",
@@ -34,12 +34,6 @@ __all__ = [
 
 ReadFormat = Literal["text", "tokens", "both"]
 
-MAX_METADATA_PAIRS = 16
-Metadata = Annotated[
-    dict[Annotated[str, Field(max_length=64)], Annotated[str, Field(max_length=512)]],
-    Field(max_length=MAX_METADATA_PAIRS),
-]
-"""OpenAI's limits: up to 16 pairs, keys of at most 64 characters, values of at most 512."""
 
 
 # -- stored chat completions ------------------------------------------------------------------

@@ -11,20 +11,25 @@ from starlette.middleware import Middleware
 
 from .._heap import trim_heap
 from ..config import LOOPBACK_HOSTS, Settings
+from ..errors import SetupError
 from ..metrics import Metrics
 from ..policy import load_policy
 from ..serving.chat import ChatService
 from ..serving.completions import CompletionService
+from ..serving.documents import DocumentService
 from ..serving.generate import GenerateService
 from ..serving.guard import Guard
 from ..serving.loader import load_models
 from ..serving.models import ModelRegistry
 from ..serving.responses import ResponsesService
+from ..serving.stored import StoredCompletions
 from ..serving.tokenize import TokenizeService
+from ..storage import Store, open_store
 from ..tokenizers.registry import TokenizerRegistry
 from .docs import docs_routes
 from .errors import exception_handlers
 from .middleware import ApiKeyAuth, BodyLimit, RequestMetrics
+from .records import record_routes
 from .routes import routes
 
 __all__ = ["create_app"]
@@ -62,14 +67,21 @@ def create_app(settings: Settings | None = None, *, models: ModelRegistry | None
                 metrics.attach(loaded.id, loaded.engine)
         for m in models.all():
             await m.engine.start()
+        store = _open_store(settings)
+        if store is not None:
+            app.state.stored = app.state.chat.stored = StoredCompletions(store, tokenizers)
+            app.state.documents = app.state.chat.documents = DocumentService(store, models,
+                                                                             tokenizers)
         trim_heap()
         try:
             yield
         finally:
             for m in models.all():
                 await m.engine.aclose()
+            if store is not None:
+                await store.aclose()
 
-    served = [*routes, *docs_routes]
+    served = [*routes, *record_routes, *docs_routes]
     app = Starlette(
         routes=served, exception_handlers=exception_handlers, lifespan=lifespan,
         # outermost first: every answer is counted, refusals included; a request without a
@@ -88,4 +100,18 @@ def create_app(settings: Settings | None = None, *, models: ModelRegistry | None
     app.state.generate = GenerateService(models, tokenizers, settings, guard, metrics)
     app.state.responses = ResponsesService(models, tokenizers, settings, guard, metrics)
     app.state.tokenize = TokenizeService(models, tokenizers, settings, guard)
+    app.state.stored = app.state.documents = None  # until the store is open (lifespan)
     return app
+
+
+def _open_store(settings: Settings) -> Store | None:
+    url = settings.storage_url()
+    if url is None:
+        log.info("storage: none (store and documents are refused)")
+        return None
+    try:
+        store = open_store(url)
+    except ValueError as exc:
+        raise SetupError(f"storage: {exc}") from exc
+    log.info("storage: %s", url.split("@")[-1])  # never the password of a URL
+    return store

@@ -109,8 +109,9 @@ async def _respond(request: Request, stream: bool,
 async def chat_completions(request: Request) -> Response:
     req = parse_body(await request.body(), ChatCompletionRequest)
     service: ChatService = request.app.state.chat
-    return await _respond(request, req.stream, lambda: service.stream(req),
-                          lambda: service.create(req))
+    caller = _caller(request)
+    return await _respond(request, req.stream, lambda: service.stream(req, caller),
+                          lambda: service.create(req, caller))
 
 
 async def responses(request: Request) -> Response:
@@ -125,7 +126,7 @@ async def render_chat(request: Request) -> Response:
     """vLLM's render: the prompt a chat request would run with, nothing generated."""
     req = parse_body(await request.body(), ChatCompletionRequest)
     service: ChatService = request.app.state.chat
-    return ModelResponse(await service.render(req))
+    return ModelResponse(await service.render(req, _caller(request)))
 
 
 def _caller(request: Request) -> Caller:

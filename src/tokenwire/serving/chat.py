@@ -27,9 +27,11 @@ from ..protocol.chat import (
 from ..protocol.common import ResponseWarning, Usage
 from ..protocol.render import RenderResponse
 from ..protocol.tools import DeltaFunction, DeltaToolCall, ResponseFunction, ResponseToolCall
+from ..storage import StoredCompletion
 from .checks import check_generation_request
 from .constraints import Constraints, resolve_constraints
-from .generation import ChoiceUpdate, RunningUsage, run_choices
+from .documents import DocumentService
+from .generation import ChoiceResult, ChoiceUpdate, RunningUsage, run_choices
 from .logprobs import chat_logprobs, prompt_logprobs
 from .messages import (
     Conversation,
@@ -40,7 +42,7 @@ from .messages import (
     template_variables,
 )
 from .output import Delta
-from .plan import GenerationService, Plan, check_engine_features
+from .plan import ANONYMOUS, Caller, GenerationService, Plan, check_engine_features
 from .sampling import (
     VllmParams,
     choice_params,
@@ -48,6 +50,7 @@ from .sampling import (
     truncate_prompt,
     vllm_params,
 )
+from .stored import StoredCompletions
 from .tokens import IdSpan, check_id_range
 from .toolformat import HERMES
 from .toolparser import CallPiece, ParsedDelta, ToolCallParser
@@ -212,9 +215,10 @@ class ChatService(GenerationService):
 
     # -- responses -----------------------------------------------------------------------------
 
-    async def render(self, req: ChatCompletionRequest) -> RenderResponse:
+    async def render(self, req: ChatCompletionRequest,
+                     caller: Caller = ANONYMOUS) -> RenderResponse:
         """The prompt a request would run with, where each message went, and the loss mask."""
-        plan = await self._prepare(self.plan, req)
+        plan = await self._planned(req, caller)
         sp: dict[str, Any] = {
             "n": req.n, "max_tokens": plan.budget, "seed": req.seed,
             "presence_penalty": req.presence_penalty,
@@ -253,9 +257,59 @@ class ChatService(GenerationService):
             spans=plan.conv.message_spans(req.messages),
             sampled_mask=plan.conv.sampled, warnings=plan.warnings)
 
-    async def create(self, req: ChatCompletionRequest) -> ChatCompletion:
+    # -- what the server keeps: documents in, completions out -----------------------------------
+
+    documents: DocumentService | None = None
+    stored: StoredCompletions | None = None
+    """Set by the app when it has a store; without one, `store` and documents are refused."""
+
+    async def _planned(self, req: ChatCompletionRequest, caller: Caller) -> ChatPlan:
+        """The plan of `req` once its `input_document` blocks are spliced in from storage."""
+        req, notes = await self._splice(req, caller)
         plan = await self._prepare(self.plan, req)
-        acc = await self._whole(lambda: self._start(plan), req.n)
+        if notes:
+            plan.warnings = [*notes, *(plan.warnings or [])]
+        return plan
+
+    async def _splice(self, req: ChatCompletionRequest, caller: Caller,
+                      ) -> tuple[ChatCompletionRequest, list[ResponseWarning]]:
+        if req.store and self.stored is None:
+            raise UnsupportedParameterError("this server keeps no records (no storage)",
+                                            param="store")
+        if self.documents is None:
+            return req, []
+        return await self.documents.splice(req, caller,
+                                           self._models.get(req.model).tokenizer_entry.version)
+
+    async def _keep(self, plan: ChatPlan, sent: ChatCompletionRequest,
+                    completion: ChatCompletion, acc: Sequence[ChoiceResult],
+                    caller: Caller) -> None:
+        """`store: true`: the request as sent, the response as it went out, and the ids of
+        both sides (the model's), durable before the client hears the response is done."""
+        assert self.stored is not None
+        whole = plan.prompt == plan.conv.ids  # a truncated prompt no longer has every message
+        await self.stored.keep(StoredCompletion(
+            id=plan.id, owner=caller.owner, model=plan.model.id, created=plan.created,
+            tokenizer_version=plan.space.model.version,
+            template_version=plan.model.template_version, prompt_ids=plan.prompt,
+            vocab_size=plan.model.tokenizer.vocab_size,
+            request=sent.model_dump(mode="json", exclude_unset=True, by_alias=True),
+            response=completion.model_dump(mode="json"), metadata=sent.metadata or {},
+            output_ids=[list(a.ids) for a in acc], spans=plan.conv.spans if whole else []))
+
+    async def create(self, req: ChatCompletionRequest,
+                     caller: Caller = ANONYMOUS) -> ChatCompletion:
+        plan = await self._planned(req, caller)
+        acc = await self._whole(lambda: self._start(plan), plan.req.n)
+        completion = self._completion(plan, acc, self._served(plan, Usage.of(
+            len(plan.prompt), sum(a.n_sampled for a in acc), acc[0].cached_tokens)))
+        if req.store:
+            await self._keep(plan, req, completion, acc, caller)
+        return completion
+
+    def _completion(self, plan: ChatPlan, acc: Sequence[ChoiceResult],
+                    usage: Usage | None) -> ChatCompletion:
+        req = plan.req
         tok = plan.model.tokenizer
         as_ids = req.return_tokens_as_token_ids
         choices = []
@@ -286,28 +340,31 @@ class ChatService(GenerationService):
                 token_ids=ids if req.return_token_ids else None,
                 stop_reason=plan.stop_reason(a.stop_reason) if plan.shows_ids else None,
             ))
-        completion = sum(a.n_sampled for a in acc)
         scored = acc[0].prompt_logprobs if req.prompt_logprobs is not None else None
         return ChatCompletion(
             **plan.envelope(),
             warnings=plan.warnings,
             choices=choices,
-            usage=self._served(plan, Usage.of(len(plan.prompt), completion,
-                                              acc[0].cached_tokens)),
+            usage=usage,
             prompt_token_ids=plan.prompt if req.return_token_ids and not plan.space.translate
             else None,
             prompt_logprobs=prompt_logprobs(tok, plan.prompt, scored, as_ids=as_ids)
             if scored is not None else None,
         )
 
-    async def stream(self, req: ChatCompletionRequest) -> AsyncIterator[ChatCompletionChunk]:
-        plan = await self._prepare(self.plan, req)
+    async def stream(self, req: ChatCompletionRequest,
+                     caller: Caller = ANONYMOUS) -> AsyncIterator[ChatCompletionChunk]:
+        plan = await self._planned(req, caller)
         updates = await self._start(plan)
-        return self._chunks(plan, updates)
+        return self._chunks(plan, updates, (req, caller) if req.store else None)
 
     async def _chunks(self, plan: ChatPlan, updates: AsyncIterator[ChoiceUpdate],
+                      keep: tuple[ChatCompletionRequest, Caller] | None = None,
                       ) -> AsyncIterator[ChatCompletionChunk]:
+        """`keep`: the request as sent and its caller, to store the whole response (as the
+        same request unstreamed would have had it) before the stream's last chunk."""
         req = plan.req
+        whole = [ChoiceResult() for _ in range(req.n)] if keep is not None else None
         env = plan.envelope()
         only = req.response_format_tokens == "only"
         # with ids on, every delta carries token_ids (maybe []): uniform to parse
@@ -333,6 +390,8 @@ class ChatService(GenerationService):
                     warnings=plan.warnings if i == 0 else None,
                 )
             async for u in updates:
+                if whole is not None:
+                    whole[u.index].add(u)
                 parser = parsers[u.index]
                 if parser is None:
                     parsed: ParsedDelta | None = None
@@ -378,5 +437,8 @@ class ChatService(GenerationService):
             if aclose is not None:
                 await aclose()
             usage = self._served(plan, Usage.of(len(plan.prompt), completion, cached))
+        if keep is not None and whole is not None:
+            sent, caller = keep
+            await self._keep(plan, sent, self._completion(plan, whole, usage), whole, caller)
         if req.stream_options is not None and req.stream_options.include_usage:
             yield ChatCompletionChunk(**env, choices=[], usage=usage)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import InvalidRequestError
-from ..protocol.chat import ChatMessage, InputTokensBlock, TextBlock
+from ..protocol.chat import ChatMessage, InputDocumentBlock, InputTokensBlock, TextBlock
 from ..protocol.common import ResponseWarning
 from ..protocol.render import MessageSpan
 from ..protocol.tools import Tool, ToolCall
@@ -50,7 +50,8 @@ def check_messages(messages: Sequence[ChatMessage]) -> None:
 
 
 def message_id_spans(messages: Sequence[ChatMessage]) -> list[IdSpan]:
-    """Every run of ids the messages carry, with its param path."""
+    """Every run of ids the messages carry, with its param path. Documents must have been
+    spliced in by then (only chat and its render read them from storage)."""
     spans = []
     for i, m in enumerate(messages):
         mine = m.role == "assistant"
@@ -58,6 +59,12 @@ def message_id_spans(messages: Sequence[ChatMessage]) -> list[IdSpan]:
             spans.append(IdSpan(f"messages[{i}].token_ids", m.token_ids, mine))
             continue
         c = m.content
+        for j, b in enumerate(c if isinstance(c, list) else [c]):
+            if isinstance(b, InputDocumentBlock):
+                at = f"[{j}]" if isinstance(c, list) else ""
+                raise InvalidRequestError(
+                    "input_document blocks are read by /v1/chat/completions (and its render) "
+                    "only", param=f"messages[{i}].content{at}", code="invalid_value")
         if isinstance(c, InputTokensBlock):
             spans.append(IdSpan(f"messages[{i}].content.token_ids", c.token_ids, mine))
         elif isinstance(c, list):

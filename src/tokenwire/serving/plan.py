@@ -15,6 +15,7 @@ from ..engines.base import ReplicaLostError
 from ..errors import UnsupportedParameterError
 from ..metrics import Metrics, PromptKind, TokenTimer
 from ..protocol.common import ResponseWarning, Usage
+from ..storage.base import owner_of
 from ..tokenizers.registry import TokenizerRegistry
 from ..tokenizers.translate import Translator, translator
 from .generation import ChoiceResult, ChoiceUpdate, collect
@@ -38,6 +39,11 @@ class Caller:
 
     api_key: str | None = None
     """The key the request was authenticated with (None on a keyless server)."""
+
+    @property
+    def owner(self) -> str:
+        """Whose stored records it may read and write (one key never sees another's)."""
+        return owner_of(self.api_key)
 
 
 ANONYMOUS = Caller()

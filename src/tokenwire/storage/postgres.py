@@ -17,7 +17,7 @@ from typing import Any, Literal
 import psycopg
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from ..errors import StorageError, TokenwireError
+from ..errors import DuplicateIdError, StorageError, TokenwireError
 from . import _sql
 from ._sql import POSTGRES
 from .base import Document, Page, StoredCompletion
@@ -90,7 +90,7 @@ class PostgresStore:
         except TokenwireError:
             raise
         except psycopg.errors.UniqueViolation as exc:
-            raise ValueError(f"already stored: {exc}") from exc
+            raise DuplicateIdError("a record of this id is already stored", param="id") from exc
         except (psycopg.Error, PoolTimeout) as exc:
             raise StorageError(f"the PostgreSQL store failed: {exc}") from exc
 

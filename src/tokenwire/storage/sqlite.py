@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from ..errors import StorageError
+from ..errors import DuplicateIdError, StorageError
 from . import _sql
 from ._sql import SQLITE
 from .base import Document, Page, StoredCompletion
@@ -97,7 +97,7 @@ class SQLiteStore:
         try:
             return fn(self._conn)
         except sqlite3.IntegrityError as exc:
-            raise ValueError(f"already stored: {exc}") from exc
+            raise DuplicateIdError("a record of this id is already stored", param="id") from exc
         except sqlite3.Error as exc:
             raise StorageError(f"the store {str(self.path)!r} failed: {exc}") from exc
 

@@ -1,0 +1,166 @@
+"""Routes of what the server keeps: stored chat completions (OpenAI's endpoints) and documents.
+
+Reads take `?format=text|tokens|both`; lists take OpenAI's `after`, `limit`, `order` (and, for
+completions, `model` and `metadata[KEY]=VALUE`). Query parameters are checked like bodies: an
+unknown one or a bad value is a 400 naming it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, Literal, cast, get_args
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from ..errors import InvalidRequestError, UnsupportedParameterError
+from ..protocol.storage import (
+    MAX_METADATA_PAIRS,
+    DocumentSearchRequest,
+    NewDocument,
+    ReadFormat,
+    UpdateCompletion,
+)
+from ..serving.documents import DocumentService
+from ..serving.plan import Caller
+from ..serving.stored import StoredCompletions
+from ._json import ModelResponse
+from .middleware import API_KEY_STATE
+from .validation import parse_body
+
+__all__ = ["record_routes"]
+
+
+def _caller(request: Request) -> Caller:
+    return Caller(api_key=getattr(request.state, API_KEY_STATE, None))
+
+
+def _query(request: Request, allowed: Iterable[str]) -> dict[str, str]:
+    """Single-valued query parameters, each one known (`metadata[...]` kept as it is)."""
+    known = set(allowed)
+    out: dict[str, str] = {}
+    for key, value in request.query_params.multi_items():
+        name = "metadata" if key.startswith("metadata[") and key.endswith("]") else key
+        if name not in known:
+            raise InvalidRequestError(f"unknown query parameter {key!r}", param=key,
+                                      code="unknown_parameter")
+        if key in out:
+            raise InvalidRequestError(f"query parameter {key!r} is given twice", param=key)
+        out[key] = value
+    return out
+
+
+def _format(q: dict[str, str]) -> ReadFormat | None:
+    fmt = q.get("format")
+    if fmt is not None and fmt not in get_args(ReadFormat):
+        raise InvalidRequestError("format must be text, tokens or both", param="format",
+                                  code="invalid_value")
+    return cast(ReadFormat | None, fmt)
+
+
+def _page(q: dict[str, str], *, default_limit: int = 20) -> dict[str, Any]:
+    raw = q.get("limit", str(default_limit))
+    if not raw.isdigit() or not 1 <= int(raw) <= 100:
+        raise InvalidRequestError("limit must be an integer from 1 to 100", param="limit",
+                                  code="invalid_value")
+    order = q.get("order", "asc")
+    if order not in ("asc", "desc"):
+        raise InvalidRequestError("order must be asc or desc", param="order",
+                                  code="invalid_value")
+    return {"after": q.get("after"), "limit": int(raw),
+            "order": cast(Literal["asc", "desc"], order)}
+
+
+def _metadata(q: dict[str, str]) -> dict[str, str] | None:
+    pairs = {k[len("metadata["):-1]: v for k, v in q.items() if k.startswith("metadata[")}
+    if len(pairs) > MAX_METADATA_PAIRS:
+        raise InvalidRequestError(f"at most {MAX_METADATA_PAIRS} metadata pairs",
+                                  param="metadata")
+    return pairs or None
+
+
+def _stored(request: Request) -> StoredCompletions:
+    stored: StoredCompletions | None = request.app.state.stored
+    if stored is None:
+        raise UnsupportedParameterError("this server keeps no records (no storage)",
+                                        param="store")
+    return stored
+
+
+def _documents(request: Request) -> DocumentService:
+    documents: DocumentService | None = request.app.state.documents
+    if documents is None:
+        raise UnsupportedParameterError("this server keeps no documents (no storage)",
+                                        param="documents")
+    return documents
+
+
+# -- stored chat completions ----------------------------------------------------------------
+
+
+async def list_completions(request: Request) -> Response:
+    q = _query(request, ("after", "limit", "order", "model", "metadata", "format"))
+    return ModelResponse(await _stored(request).list(
+        _caller(request), model=q.get("model"), metadata=_metadata(q), fmt=_format(q),
+        **_page(q)))
+
+
+async def get_completion(request: Request) -> Response:
+    q = _query(request, ("format",))
+    return ModelResponse(await _stored(request).get(
+        request.path_params["completion_id"], _caller(request), _format(q)))
+
+
+async def update_completion(request: Request) -> Response:
+    _query(request, ())
+    req = parse_body(await request.body(), UpdateCompletion)
+    return ModelResponse(await _stored(request).update(
+        request.path_params["completion_id"], _caller(request), req.metadata or {}))
+
+
+async def delete_completion(request: Request) -> Response:
+    _query(request, ())
+    return ModelResponse(await _stored(request).delete(
+        request.path_params["completion_id"], _caller(request)))
+
+
+async def completion_messages(request: Request) -> Response:
+    q = _query(request, ("after", "limit", "order", "format"))
+    return ModelResponse(await _stored(request).messages(
+        request.path_params["completion_id"], _caller(request), fmt=_format(q), **_page(q)))
+
+
+# -- documents --------------------------------------------------------------------------------
+
+
+async def create_document(request: Request) -> Response:
+    _query(request, ())
+    req = parse_body(await request.body(), NewDocument)
+    return ModelResponse(await _documents(request).create(req, _caller(request)))
+
+
+async def get_document(request: Request) -> Response:
+    q = _query(request, ("format",))
+    return ModelResponse(await _documents(request).get(
+        request.path_params["document_id"], _caller(request), _format(q) or "tokens"))
+
+
+async def search_documents(request: Request) -> Response:
+    _query(request, ())
+    req = parse_body(await request.body(), DocumentSearchRequest)
+    return ModelResponse(await _documents(request).search(req, _caller(request)))
+
+
+record_routes = [
+    Route("/v1/chat/completions", list_completions, methods=["GET"]),
+    Route("/v1/chat/completions/{completion_id}", get_completion, methods=["GET"]),
+    Route("/v1/chat/completions/{completion_id}", update_completion, methods=["POST"]),
+    Route("/v1/chat/completions/{completion_id}", delete_completion, methods=["DELETE"]),
+    Route("/v1/chat/completions/{completion_id}/messages", completion_messages,
+          methods=["GET"]),
+    Route("/v1/documents", create_document, methods=["POST"]),
+    Route("/v1/documents/search", search_documents, methods=["POST"]),
+    Route("/v1/documents/{document_id}", get_document, methods=["GET"]),
+]
+"""After the generating routes: `POST /v1/chat/completions/render` is matched first."""
