@@ -284,9 +284,12 @@ class _TokenNative(ResponseModel):
 
 
 class ChatCompletion(_TokenNative):
+    omit_if_none = _TokenNative.omit_if_none | {"metadata"}
     object: Literal["chat.completion"] = "chat.completion"
     choices: list[ChatChoice]
     usage: Usage | None = None
+    metadata: dict[str, str] | None = None
+    """A stored completion's metadata (`GET /v1/chat/completions/{id}`)."""
     prompt_logprobs: list[dict[str, PromptLogprob] | None] | None = None
     """vLLM dialect: per prompt position (the first is null), the prompt token and the most
     likely ones, keyed by id."""
