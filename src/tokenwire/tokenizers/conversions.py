@@ -26,6 +26,9 @@ Reasons:
     logprobs     logprob entries' `token` text
     translate    `tokenizer_fallback: "translate"` and /v1/translate
     tokenize     /v1/tokenize, /v1/detokenize and their kin
+    document     a document sent or read back as text (/v1/documents)
+    search       a document search query sent as text
+    stored       a stored completion read back as text
     upstream     a text-only upstream engine (its prompt as text, its output re-encoded)
     probe        start-up parity probes between a tokenizer and an engine
     other        anything no caller named
@@ -43,8 +46,8 @@ __all__ = ["Direction", "Reason", "conversion_reason", "conversions", "record"]
 
 Direction = Literal["encode", "decode"]
 Reason = Literal["prompt", "template", "output", "stop", "tools", "policy", "canonical",
-                 "drift", "echo", "logprobs", "translate", "tokenize", "upstream", "probe",
-                 "other"]
+                 "drift", "echo", "logprobs", "translate", "tokenize", "document", "search",
+                 "stored", "upstream", "probe", "other"]
 
 _reason: ContextVar[Reason] = ContextVar("tokenwire_conversion_reason", default="other")
 _lock = threading.Lock()
