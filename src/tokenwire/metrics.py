@@ -7,20 +7,25 @@ are vLLM's with `tokenwire_` for `vllm:` where one means the same, so dashboards
 Each event is one method, called by the layer that sees it: the HTTP layer (requests by route
 and status), serving (usage, token timing), the embedded engine's worker thread (tokens per
 decode). That thread is not the event loop; prometheus_client's metrics lock, so observing
-from it is safe. A new metric is one attribute in `__init__` and one method here.
+from it is safe. A new metric is one attribute in `__init__` and one method here. One family
+is not the app's own: tokenizer conversions are counted process-wide (tokenizers are shared)
+and read at each scrape.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Literal, Protocol, runtime_checkable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.registry import Collector
 
 from .protocol.common import Usage
+from .tokenizers.conversions import conversions
 
 __all__ = ["CONTENT_TYPE", "UNMATCHED", "Metrics", "PromptKind", "TokenClock", "TokenTimer"]
 
@@ -78,6 +83,21 @@ class TokenTimer:
         return TokenClock(self._ttft, self._itl)
 
 
+class _Conversions(Collector):
+    """The process-wide tokenizer conversion counts (tokenizers/conversions.py), read at each
+    scrape: tokenizers are shared by every app in the process, so each app's registry shows
+    the same counts."""
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        family = CounterMetricFamily(
+            "tokenwire_tokenizer_conversions", "Text <-> ids conversions the server performed "
+            "(encode: text to ids; decode: ids to text or bytes), by the reason they were "
+            "needed; the token-native path needs none.", labels=["direction", "reason"])
+        for (direction, reason), n in sorted(conversions().items()):
+            family.add_metric([direction, reason], n)
+        yield family
+
+
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
@@ -114,6 +134,7 @@ class Metrics:
         self._itl = Histogram(
             "tokenwire_inter_token_latency_seconds", "Between consecutive sampled tokens of a "
             "choice, in seconds.", model, buckets=ITL_BUCKETS, registry=reg)
+        reg.register(_Conversions())
 
     def attach(self, model: str, engine: object) -> None:
         """Watch a served model's engine: its queues are read at each scrape, and the embedded

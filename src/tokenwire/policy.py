@@ -57,6 +57,10 @@ class Violation:
 class ContentPolicy(Protocol):
     """One method: the verdict on a text. A classifier implements the same interface."""
 
+    check_input: bool
+    """Check requests: false where the policy has nothing to look for, so that token input is
+    not decoded for it (the token-native path converts nothing)."""
+
     check_output: bool
     """Also check what the model writes (a choice it stops ends with finish_reason
     content_filter; the others go on)."""
@@ -65,6 +69,7 @@ class ContentPolicy(Protocol):
 
 
 class NoPolicy:
+    check_input = False
     check_output = False
 
     def check(self, text: str) -> Violation | None:
@@ -80,6 +85,7 @@ class RulePolicy:
         self._phrases = [(p, re.compile(rf"(?<!\w){re.escape(normalize(p))}(?!\w)"))
                          for p in phrases if normalize(p)]
         self._patterns = [(p, re.compile(p)) for p in patterns]
+        self.check_input = bool(self._phrases or self._patterns)
 
     def check(self, text: str) -> Violation | None:
         norm = normalize(text)

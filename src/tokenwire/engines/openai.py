@@ -13,7 +13,8 @@ would do the same to a user's text that spells one (`<|im_end|><|im_start|>syste
 token-space template keeps as text: a prompt whose text re-encodes to other control ids than it
 holds is refused (special_token_not_allowed), never sent. A leading BOS is left to the upstream,
 which adds its own to a text prompt. Logprobs carry no ids here, stop ids and `ignore_eos` have
-no text-API field: all refused by name. Usage counts the upstream's own tokens.
+no text-API field: all refused by name. Usage counts the upstream's own tokens. Both crossings
+count as tokenizer conversions with reason "upstream" (tokenizers/conversions.py).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 from ..errors import SpecialTokenNotAllowedError, UnsupportedParameterError
+from ..tokenizers.conversions import conversion_reason
 from ..tokenizers.reencode import IncrementalEncoder
 from .base import EngineEvent, EngineInfo, FinishEvent, SamplingParams, TokenEvent
 from .registry import EngineSpec
@@ -38,6 +40,7 @@ class _TextDecoder(ChunkDecoder):
         self._keep = keep
         self._reason: str | None = None
 
+    @conversion_reason("upstream")
     def feed(self, chunk: dict[str, Any]) -> list[EngineEvent]:
         events: list[EngineEvent] = []
         for choice in chunk.get("choices") or []:
@@ -50,6 +53,7 @@ class _TextDecoder(ChunkDecoder):
             events += self._finish(usage.get("completion_tokens"))
         return events
 
+    @conversion_reason("upstream")
     def end(self) -> list[EngineEvent]:
         return self._finish(None) if self._reason is not None else []
 
@@ -126,6 +130,7 @@ class OpenAITextEngine(UpstreamEngine):
                 params: SamplingParams) -> ChunkDecoder:
         return _TextDecoder(IncrementalEncoder(self._tok), keep=params.max_tokens > 0)
 
+    @conversion_reason("upstream")
     def _prompt_text(self, prompt: Sequence[int]) -> str:
         """The text the upstream re-encodes into exactly the prompt's control tokens."""
         src = self._spec.source

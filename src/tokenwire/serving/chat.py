@@ -28,6 +28,7 @@ from ..protocol.common import ResponseWarning, Usage
 from ..protocol.render import RenderResponse
 from ..protocol.tools import DeltaFunction, DeltaToolCall, ResponseFunction, ResponseToolCall
 from ..storage import StoredCompletion
+from ..tokenizers.conversions import Reason, conversion_reason
 from .checks import check_generation_request
 from .constraints import Constraints, resolve_constraints
 from .documents import DocumentService
@@ -128,6 +129,14 @@ def _tool_deltas(pieces: Sequence[CallPiece]) -> list[DeltaToolCall] | None:
     return out or None
 
 
+def _text_reason(req: ChatCompletionRequest, constraints: Constraints) -> Reason | None:
+    """Why the output is made text: for `content`, for the tool-call parser; None when the
+    response shows ids only (the content policy's output check asks for it by itself)."""
+    if req.response_format_tokens != "only":
+        return "output"
+    return "tools" if constraints.parse_tools else None
+
+
 class ChatService(GenerationService):
     def plan(self, req: ChatCompletionRequest) -> ChatPlan:
         """Everything checked and the prompt built; nothing has reached the engine yet."""
@@ -180,8 +189,11 @@ class ChatService(GenerationService):
             raise UnsupportedParameterError(
                 "logit_bias names the model's ids; it cannot be combined with "
                 "tokenizer_fallback 'translate'", param="logit_bias")
-        echo = message_texts(req.messages[-1:], space)[0] \
-            if req.echo and req.messages[-1].role == "assistant" else ""
+        echo = ""
+        if req.echo and req.messages[-1].role == "assistant" \
+                and req.response_format_tokens != "only":  # "only": no content to start
+            with conversion_reason("echo"):
+                echo = message_texts(req.messages[-1:], space)[0]
         return ChatPlan(req=req, model=model, space=space, conv=conv, constraints=constraints,
                      budget=budget, prompt=prompt, extras=extras, echo=echo,
                      sent_ids=bool(spans), skip_special=bool(req.skip_special_tokens),
@@ -205,6 +217,7 @@ class ChatService(GenerationService):
         return await run_choices(plan.model.engine, [(plan.prompt, p) for p in params],
                                  plan.model.tokenizer, req.stop or (),
                                  token_aligned=plan.shows_ids,
+                                 text=_text_reason(req, plan.constraints),
                                  output_check=self._guard.output_check(),
                                  timer=self._timer(plan),
                                  include_stop=req.include_stop_str_in_output,

@@ -25,6 +25,7 @@ from ..protocol.completions import (
     CompletionLogprobs,
     CompletionRequest,
 )
+from ..tokenizers.conversions import conversion_reason
 from .checks import check_generation_request
 from .generation import ChoiceUpdate, RunningUsage, run_choices
 from .logprobs import LegacyLogprobs
@@ -58,7 +59,10 @@ class _Plan(Plan):
         return self.prompts[choice // self.req.n]
 
     def echo_text(self, choice: int) -> str:
-        return self.model.tokenizer.decode(self.prompt_of(choice)) if self.req.echo else ""
+        if not self.req.echo:
+            return ""
+        with conversion_reason("echo"):
+            return self.model.tokenizer.decode(self.prompt_of(choice))
 
     def usage(self, completion: int, cached: dict[int, int | None]) -> Usage:
         """`cached`: by choice index, what the prefix cache served; each prompt counts its
@@ -97,9 +101,11 @@ class CompletionService(GenerationService):
         # id prompts are raw: rendered by the client, template control ids included
         warnings = self._guard.check_ids(spans, space.client.tokenizer, raw_prompt=True,
                                          caller_key=caller.api_key)
-        dec = space.client.tokenizer.decode
-        self._guard.check_texts(
-            [(param, p if isinstance(p, str) else dec(p)) for param, p in prompts], "prompt")
+        if self._guard.reads_input:
+            dec = space.client.tokenizer.decode
+            with conversion_reason("policy"):
+                texts = [(param, p if isinstance(p, str) else dec(p)) for param, p in prompts]
+            self._guard.check_texts(texts, "prompt")
         tok = model.tokenizer
         entry = model.tokenizer_entry
         ids: list[list[int]] = []
@@ -110,7 +116,8 @@ class CompletionService(GenerationService):
                 if entry.add_bos and entry.bos_id is not None:
                     got.insert(0, entry.bos_id)
             elif space.translate:
-                got = tok.encode(space.client.tokenizer.decode(p))
+                with conversion_reason("translate"):
+                    got = tok.encode(space.client.tokenizer.decode(p))
             else:
                 got = list(p)
             if not got:

@@ -32,6 +32,7 @@ from ..protocol.generate import (
     GenerateStreamResponse,
     StructuredOutputs,
 )
+from ..tokenizers.conversions import conversion_reason
 from .generation import ChoiceUpdate, RunningUsage, run_choices
 from .grammar import json_grammar, schema_grammar, tags_grammar
 from .logprobs import MISSING_LOGPROB, prompt_logprob_rows
@@ -174,7 +175,10 @@ class GenerateService(GenerationService):
         check_id_range([*spans, IdSpan("sampling_params.stop_token_ids",
                                        sp.stop_token_ids or [])], tok)
         warnings = self._guard.check_ids(spans, tok, raw_prompt=True, caller_key=caller.api_key)
-        self._guard.check_texts([("token_ids", tok.decode(req.token_ids))], "token_ids")
+        if self._guard.reads_input:
+            with conversion_reason("policy"):
+                text = tok.decode(req.token_ids)
+            self._guard.check_texts([("token_ids", text)], "token_ids")
         return _Plan(req=req, model=model, space=space, shows_ids=True, sent_ids=True,
                      grammar=grammar,
                      id=f"generate-tokens-{req.request_id or uuid.uuid4().hex}",
@@ -203,6 +207,7 @@ class GenerateService(GenerationService):
         return await run_choices(plan.model.engine, [(plan.prompt, p) for p in params],
                                  plan.model.tokenizer, sp.stop or (), token_aligned=True,
                                  keep_stop_token=True, min_tokens=sp.min_tokens,
+                                 text=None,  # the response has ids only
                                  output_check=self._guard.output_check(),
                                  timer=self._timer(plan))
 

@@ -25,6 +25,7 @@ from ..metrics import TokenClock, TokenTimer
 from ..protocol.common import StreamOptions, Usage
 from ..protocol.generate import GenerateStreamOptions
 from ..tokenizers.base import Tokenizer
+from ..tokenizers.conversions import Reason
 from .output import Delta, OutputDecoder
 
 __all__ = ["ChoiceResult", "ChoiceUpdate", "RunningUsage", "collect", "run_choices"]
@@ -170,10 +171,14 @@ async def run_choices(engine: Engine, jobs: Sequence[tuple[Sequence[int], Sampli
                       token_aligned: bool, output_check: OutputCheck | None = None,
                       keep_stop_token: bool = False, timer: TokenTimer | None = None,
                       include_stop: bool = False, skip_special: bool = False,
-                      min_tokens: int = 0,
+                      min_tokens: int = 0, text: Reason | None = "output",
                       ) -> AsyncGenerator[ChoiceUpdate, None]:
     """One choice per (prompt, params) job; updates carry the job's index. With a `timer`,
-    each choice's tokens are timed from now (admission and queueing included)."""
+    each choice's tokens are timed from now (admission and queueing included). `text`: why
+    the output's text is read, None where nobody reads it (`OutputDecoder`); an
+    `output_check` reads it."""
+    if output_check is not None and text is None:
+        text = "policy"
     clocks = [timer.clock() if timer is not None else None for _ in jobs]
     most = engine.info.max_sequences
     if most is not None and len(jobs) > most:
@@ -197,7 +202,7 @@ async def run_choices(engine: Engine, jobs: Sequence[tuple[Sequence[int], Sampli
     streams = [t.result() for t in tasks]
     decoders = [OutputDecoder(tokenizer, stop, token_aligned=token_aligned,
                               keep_stop_token=keep_stop_token, include_stop=include_stop,
-                              skip_special=skip_special, min_tokens=min_tokens)
+                              skip_special=skip_special, min_tokens=min_tokens, text=text)
                 for _ in streams]
     return _merge(streams, decoders, output_check, clocks)
 

@@ -13,6 +13,7 @@ from ..protocol.chat import ChatMessage
 from ..protocol.common import ResponseWarning
 from ..protocol.tools import Tool
 from ..tokenizers.base import Tokenizer
+from ..tokenizers.conversions import conversion_reason
 from .messages import check_messages, check_tools, message_id_spans, message_texts, tool_texts
 from .tokens import IdSpan, TokenSpace, check_id_range, check_special_ids, is_canonical
 
@@ -46,8 +47,11 @@ class Guard:
         warnings = []
         for span in spans:
             mode = s.non_canonical_tokens_assistant if span.assistant else s.non_canonical_tokens
-            if mode == "allow" or is_canonical(span.ids, tokenizer):
+            if mode == "allow":
                 continue
+            with conversion_reason("canonical"):
+                if is_canonical(span.ids, tokenizer):
+                    continue
             message = ("these ids are not the canonical encoding of their own text "
                        "(re-encoding it gives other ids)")
             if mode == "reject":
@@ -69,10 +73,17 @@ class Guard:
         spans = message_id_spans(messages)
         check_id_range(spans, space.client.tokenizer)
         warnings = self.check_ids(spans, space.client.tokenizer)
-        texts = [(f"messages[{i}].content", t)
-                 for i, t in enumerate(message_texts(messages, space))]
-        self.check_texts([*texts, *tool_texts(tools, messages)], "messages")
+        if self.reads_input:  # else no content is decoded for it
+            with conversion_reason("policy"):
+                texts = [(f"messages[{i}].content", t)
+                         for i, t in enumerate(message_texts(messages, space))]
+            self.check_texts([*texts, *tool_texts(tools, messages)], "messages")
         return warnings
+
+    @property
+    def reads_input(self) -> bool:
+        """Does the content policy read requests? (Ids are decoded for it only then.)"""
+        return self.policy.check_input
 
     def check_id_count(self, spans: Sequence[IdSpan]) -> None:
         """At most `max_request_token_ids` ids in one request, all fields together."""

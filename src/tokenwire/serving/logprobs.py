@@ -1,4 +1,8 @@
-"""Logprobs in OpenAI's chat and legacy shapes, each entry with the integer id of its token."""
+"""Logprobs in OpenAI's chat and legacy shapes, each entry with the integer id of its token.
+
+Entries spell their tokens' text and bytes: each batch of entries built counts one decode
+conversion, reason "logprobs" (tokenizers/conversions.py).
+"""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ from ..engines.base import TokenEvent
 from ..protocol.common import LogprobEntry, PromptLogprob, TokenLogprob
 from ..protocol.completions import CompletionLogprobs, TopTokenLogprob
 from ..tokenizers.base import Tokenizer
+from ..tokenizers.conversions import record
 
 __all__ = ["MISSING_LOGPROB", "IdMap", "LegacyLogprobs", "chat_logprobs", "prompt_logprob_rows",
            "prompt_logprobs", "token_text"]
@@ -49,6 +54,8 @@ def chat_logprobs(tokenizer: Tokenizer, events: Sequence[TokenEvent], *,
     """`as_ids`: vLLM's `return_tokens_as_token_ids`, every `token` spelled `token_id:<id>`.
     Entries are the model's tokens (what it scored); `ids` says which id each shows (under
     `tokenizer_fallback: "translate"`, the client version's, omitted where it has none)."""
+    if events:
+        record("decode", "logprobs")
     out = []
     for ev in events:
         head = _entry(tokenizer, ev.token_id, ev.logprob if ev.logprob is not None else 0.0,
@@ -73,6 +80,8 @@ class LegacyLogprobs:
         tok = self._tok
         out = CompletionLogprobs(tokens=[], token_logprobs=[], top_logprobs=[], text_offset=[],
                                  token_ids=[], top_token_logprobs=[])
+        if events:
+            record("decode", "logprobs")
         for ev in events:
             out.tokens.append(token_text(tok, ev.token_id))
             out.token_ids.append(self._ids(ev.token_id))
@@ -123,4 +132,6 @@ def prompt_logprobs(tokenizer: Tokenizer, prompt: Sequence[int], scored: Sequenc
         spelled = f"token_id:{t}" if as_ids else token_text(tokenizer, t)
         return PromptLogprob(logprob=lp, rank=rank, decoded_token=spelled)
 
+    if scored and not as_ids:
+        record("decode", "logprobs")
     return prompt_logprob_rows(prompt, scored, entry)

@@ -16,6 +16,7 @@ from ..protocol.chat import ChatMessage, InputDocumentBlock, InputTokensBlock, T
 from ..protocol.common import ResponseWarning
 from ..protocol.render import MessageSpan
 from ..protocol.tools import Tool, ToolCall
+from ..tokenizers.conversions import conversion_reason
 from .template import RESERVED, RESERVED_VARIABLES, ChatTemplate, TemplateMessage
 from .tokens import IdSpan, TokenSpace
 from .toolformat import HERMES
@@ -81,7 +82,10 @@ def _content_ids(m: ChatMessage, space: TokenSpace) -> list[int]:
     enc = space.model.tokenizer.encode
 
     def from_ids(ids: list[int]) -> list[int]:
-        return enc(space.client.tokenizer.decode(ids)) if space.translate else list(ids)
+        if not space.translate:
+            return list(ids)
+        with conversion_reason("translate"):
+            return enc(space.client.tokenizer.decode(ids))
 
     if m.token_ids is not None:
         return from_ids(m.token_ids)
@@ -247,7 +251,7 @@ def check_tools(tools: Sequence[Tool], messages: Sequence[ChatMessage]) -> None:
 
 def message_texts(messages: Sequence[ChatMessage], space: TokenSpace) -> list[str]:
     """Each message's content as text (ids decoded with their own version): what the content
-    policy reads, whichever way the content was sent."""
+    policy reads, whichever way the content was sent (the caller names the reason)."""
     dec = space.client.tokenizer.decode
     out = []
     for m in messages:
@@ -282,6 +286,12 @@ def drift_warnings(messages: Sequence[ChatMessage], space: TokenSpace,
                    template: ChatTemplate) -> list[ResponseWarning]:
     """Assistant messages whose `token_ids` are not what their text encodes to: the ids are
     used (they are what the model sampled), and the client learns where the two part."""
+    with conversion_reason("drift"):
+        return _drift(messages, space, template)
+
+
+def _drift(messages: Sequence[ChatMessage], space: TokenSpace,
+           template: ChatTemplate) -> list[ResponseWarning]:
     enc = space.client.tokenizer.encode
     out = []
     for i, m in enumerate(messages):

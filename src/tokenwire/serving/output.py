@@ -10,6 +10,11 @@ Two hold-backs, in this order:
   delta's text never splits a character; its ids go out at once (the text may be "").
 
 Invariant: concat(delta.text) == decode(concat(delta.ids)) with errors="replace".
+
+A request that shows only ids (`response_format_tokens: "only"`, /inference/v1/generate) reads
+no text: built with `text=None`, the decoder looks no token's bytes up unless stop strings must
+be matched, and its deltas' text stays "". Each choice that is made text (or bytes, for stop
+strings) counts one decode conversion (tokenizers/conversions.py), however many deltas it has.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from dataclasses import dataclass, field
 
 from ..engines.base import TokenEvent
 from ..tokenizers.base import Tokenizer
+from ..tokenizers.conversions import Reason, record
 
 __all__ = ["Delta", "OutputDecoder"]
 
@@ -38,14 +44,16 @@ class OutputDecoder:
     def __init__(self, tokenizer: Tokenizer, stop: Sequence[str] = (), *,
                  token_aligned: bool = True, keep_stop_token: bool = False,
                  include_stop: bool = False, skip_special: bool = False,
-                 min_tokens: int = 0):
+                 min_tokens: int = 0, text: Reason | None = "output"):
         """`keep_stop_token`: on a stop string, keep the token that completed it (vLLM's rule
         for `token_ids`, used by /inference/v1/generate, which returns ids only).
         `include_stop`: that, and the text goes on to the stop string's end (vLLM's
         `include_stop_str_in_output`). `skip_special`: control tokens add no text (their ids
         still go out: the one place where the text is not the ids' text). `min_tokens`: the
         text of the first that many tokens is never matched against the stop strings (vLLM's
-        rule: no stop string ends the output before `min_tokens`)."""
+        rule: no stop string ends the output before `min_tokens`). `text`: why the output's
+        text is read (the conversion's reason: "output", "tools", "policy"); None: nobody
+        reads it (the deltas' text stays "")."""
         self._tok = tokenizer
         self._aligned = token_aligned
         self._keep = keep_stop_token or include_stop
@@ -57,6 +65,11 @@ class OutputDecoder:
         self._held: list[TokenEvent] = []
         self._held_bytes: list[bytes] = []
         self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._text = text is not None
+        # what the conversion is counted as, once, when the first token's bytes are read
+        self._reason: Reason | None = text if text is not None else "stop" if self._stops \
+            else None
+        self._counted = False
         self.stop_string: str | None = None
         """The stop string that ended the output, once one has."""
 
@@ -64,6 +77,11 @@ class OutputDecoder:
         """Take one sampled token; returns what can be released now (maybe empty)."""
         if self.stop_string is not None:
             return Delta()
+        if self._reason is None:  # ids only: no bytes read, no text made
+            return Delta(ids=[ev.token_id], events=[ev])
+        if not self._counted:
+            record("decode", self._reason)
+            self._counted = True
         piece = b"" if ev.token_id in self._skip else self._tok.token_bytes(ev.token_id)
         if not self._stops or self._unmatched > 0:
             self._unmatched -= 1
@@ -85,7 +103,7 @@ class OutputDecoder:
             delta = self._release(self._held, [data[:at + len(stop)]])
         else:
             delta = self._release(self._held[:n], self._held_bytes[:n])
-        if not self._aligned and not self._include:
+        if not self._aligned and not self._include and self._text:
             # the text of the straddling token that precedes the stop string (not its id)
             released = sum(len(b) for b in self._held_bytes[:n])
             delta.text += self._utf8.decode(data[released:at])
@@ -137,6 +155,6 @@ class OutputDecoder:
             return Delta()
         return Delta(
             ids=[e.token_id for e in events],
-            text=self._utf8.decode(b"".join(pieces)),
+            text=self._utf8.decode(b"".join(pieces)) if self._text else "",
             events=list(events),
         )

@@ -16,6 +16,7 @@ from ..errors import UnsupportedParameterError
 from ..metrics import Metrics, PromptKind, TokenTimer
 from ..protocol.common import ResponseWarning, Usage
 from ..storage.base import owner_of
+from ..tokenizers.conversions import conversion_reason
 from ..tokenizers.registry import TokenizerRegistry
 from ..tokenizers.translate import Translator, translator
 from .generation import ChoiceResult, ChoiceUpdate, collect
@@ -163,8 +164,10 @@ class GenerationService:
     @staticmethod
     async def _prepare(plan: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
         """A request's plan (encode, canonicality, content policy, template), built in a worker
-        thread: one 100k-character prompt then holds up no other stream's tokens."""
-        return await asyncio.to_thread(plan, *args, **kwargs)
+        thread: one 100k-character prompt then holds up no other stream's tokens. The
+        conversions it makes count as the prompt's, unless a step names its own reason."""
+        with conversion_reason("prompt"):  # the worker thread gets a copy of the context
+            return await asyncio.to_thread(plan, *args, **kwargs)
 
     def _served(self, plan: Plan, usage: Usage) -> Usage:
         """Count a request's usage where its response computes it, once (a stream's in its

@@ -22,6 +22,11 @@ text is re-encoded without it), so the rest reach the model as sent.
 The structure and each content are encoded separately, as a control token would separate them
 anyway; content that starts with whitespace right after a template newline may therefore
 tokenize differently from encoding the whole rendered string at once (docs/api.md).
+
+The structure is the same few pieces in every request (`<|im_start|>user\n`, a default system
+prompt), so each short piece's ids are kept once encoded: a warm server renders a conversation
+sent as ids without encoding anything (the token-native path converts nothing, and
+/metrics' `tokenwire_tokenizer_conversions_total` shows it).
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import lru_cache
 from typing import Any
 
 from jinja2 import TemplateError
@@ -39,6 +45,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from ..errors import InvalidRequestError
 from ..tokenizers.base import Tokenizer
+from ..tokenizers.conversions import conversion_reason
 
 __all__ = ["RESERVED", "RESERVED_VARIABLES", "ChatTemplate", "Rendered", "TemplateMessage"]
 
@@ -53,6 +60,10 @@ RESERVED = re.compile("[\ue000-\ue003]")
 RESERVED_VARIABLES = frozenset({"messages", "tools", "add_generation_prompt", "bos_token",
                                 "eos_token", "raise_exception", "strftime_now"})
 """Template variables serving sets itself (a request's `chat_template_kwargs` may not)."""
+_KEPT_PIECES = 512
+"""Structure pieces whose ids a template keeps (least recently used ones go)."""
+_KEPT_CHARS = 1024
+"""Longer structure pieces (a template printing tool definitions) are encoded every time."""
 
 
 def _tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None,
@@ -123,6 +134,19 @@ class ChatTemplate:
             if specials else None
         # a template that reads `tools` renders them (and calls) itself; others get ours
         self.renders_tools = re.search(r"\btools\b", source) is not None
+        self._kept = lru_cache(maxsize=_KEPT_PIECES)(self._encode_structure)
+
+    def _encode_structure(self, text: str) -> tuple[int, ...]:
+        with conversion_reason("template"):
+            return tuple(self._tok.encode(text, parse_special=True))
+
+    def _structure(self, text: str) -> list[int]:
+        """The ids of a piece of the template's own text (control-token parsing on)."""
+        if not text:
+            return []
+        if len(text) > _KEPT_CHARS:
+            return list(self._encode_structure(text))
+        return list(self._kept(text))
 
     def render(self, messages: Sequence[TemplateMessage], *, add_generation_prompt: bool = True,
                tools: list[Any] | None = None, variables: dict[str, Any] | None = None,
@@ -147,7 +171,7 @@ class ChatTemplate:
         spans: list[tuple[int, int, int]] = []
         pos = 0
         for m in _PIECE_RE.finditer(text):
-            ids += enc(text[pos:m.start()], parse_special=True)
+            ids += self._structure(text[pos:m.start()])
             if m.group(1) is not None:
                 i, ends = int(m.group(1)), m.group(2)
                 content = self._trimmed(messages[i].ids, "l" in ends, "r" in ends) if ends \
@@ -157,7 +181,7 @@ class ChatTemplate:
             else:
                 ids += enc(m.group(3))
             pos = m.end()
-        ids += enc(text[pos:], parse_special=True)
+        ids += self._structure(text[pos:])
         if self._add_bos and (not ids or ids[0] != self._bos_id):
             ids.insert(0, self._bos_id)  # type: ignore[arg-type]
             spans = [(i, a + 1, b + 1) for i, a, b in spans]

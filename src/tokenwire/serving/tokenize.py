@@ -22,6 +22,7 @@ from ..protocol.tokenize import (
     TranslateRequest,
     TranslateResponse,
 )
+from ..tokenizers.conversions import conversion_reason
 from ..tokenizers.registry import TokenizerEntry, TokenizerRegistry
 from ..tokenizers.translate import translator
 from .guard import Guard
@@ -97,6 +98,7 @@ class TokenizeService:
         lens = [m.max_model_len for m in self._models.all() if m.tokenizer_entry is entry]
         return max(lens) if lens else None
 
+    @conversion_reason("tokenize")
     def tokenize(self, req: TokenizeRequest) -> TokenizeResponse:
         if (req.prompt is None) == (req.messages is None):
             raise InvalidRequestError("send exactly one of prompt and messages",
@@ -137,6 +139,7 @@ class TokenizeService:
             **extra,
         )
 
+    @conversion_reason("tokenize")
     def detokenize(self, req: DetokenizeRequest) -> DetokenizeResponse:
         space, _ = self._target(req.model, req.tokenizer_version, carries_ids=True)
         tok = space.model.tokenizer

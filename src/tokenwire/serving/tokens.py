@@ -27,6 +27,7 @@ from ..errors import (
     TokenizerVersionRequiredError,
 )
 from ..tokenizers.base import Tokenizer
+from ..tokenizers.conversions import record
 from ..tokenizers.registry import TokenizerEntry, TokenizerRegistry
 
 __all__ = [
@@ -166,6 +167,7 @@ def is_canonical(ids: Sequence[int], tokenizer: Tokenizer) -> bool:
 def _is_canonical_text(ids: Sequence[int], tokenizer: Tokenizer) -> bool:
     if not ids:
         return True
+    record("decode")  # the ids' text, to encode again (the caller names the reason)
     pieces = [tokenizer.token_bytes(t) for t in ids]
     a, b = valid_utf8_span(pieces)
     inner = list(ids[a:b])

@@ -22,6 +22,7 @@ from typing import Any
 from tokenizers import Tokenizer as _HFTokenizer
 
 from .base import make_version
+from .conversions import record
 
 __all__ = ["HFTokenizer", "canonical_json"]
 
@@ -135,6 +136,7 @@ class HFTokenizer:
     def encode(self, text: str, *, parse_special: bool = False) -> list[int]:
         if not text:
             return []
+        record("encode")
         tok = self._special if parse_special else self._plain
         add = self._add_special and not parse_special
         if len(text) > _LONG_TEXT:
@@ -148,6 +150,7 @@ class HFTokenizer:
         (a segment's ids do not depend on what follows it; its re-split alone might)."""
         if not segments:
             return []
+        record("encode")
         return self._plain.encode(list(segments), is_pretokenized=True,
                                   add_special_tokens=False).ids
 
@@ -155,11 +158,18 @@ class HFTokenizer:
         return self._bytes[token_id]
 
     def decode_bytes(self, ids: Sequence[int]) -> bytes:
-        table = self._bytes
-        return b"".join([table[i] for i in ids])
+        if ids:  # as `encode`: nothing converted, nothing counted
+            record("decode")
+        return self._join(ids)
 
     def decode(self, ids: Sequence[int]) -> str:
-        return self.decode_bytes(ids).decode("utf-8", errors="replace")
+        if ids:
+            record("decode")
+        return self._join(ids).decode("utf-8", errors="replace")
+
+    def _join(self, ids: Sequence[int]) -> bytes:
+        table = self._bytes
+        return b"".join([table[i] for i in ids])
 
     def token_str(self, token_id: int) -> str:
         return self._strs[token_id]

@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from ..errors import TokenizerParityError
+from .conversions import conversion_reason
 from .hf import HFTokenizer
 
 __all__ = ["PROBE_CORPUS", "TokenizerParityError", "first_mismatch"]
@@ -74,7 +75,13 @@ async def first_mismatch(tokenizer: HFTokenizer,
     Whether a typed control-token string becomes a control token is the tokenizing server's
     policy, not its tokenizer (vLLM parses them, tokenwire keeps them text): either reading is
     accepted, and every other string must match exactly."""
-    theirs = await reference(corpus)
+    with conversion_reason("probe"):  # also a reference that falls back on `tokenizer`
+        theirs = await reference(corpus)
+        return _first_mismatch(tokenizer, corpus, theirs)
+
+
+def _first_mismatch(tokenizer: HFTokenizer, corpus: Sequence[str],
+                    theirs: Sequence[list[int]]) -> Mismatch | None:
     for text, ids in zip(corpus, theirs, strict=True):
         parsed = tokenizer.encode(text, parse_special=True)
         if ids != parsed and ids != tokenizer.encode(text):

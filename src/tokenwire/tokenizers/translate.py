@@ -19,6 +19,9 @@ SentencePiece vocabulary with byte fallback its `<0xAB>` pieces). So:
 `TranslationStream` does the same to ids that arrive in pieces, emitting target ids only where
 later ids cannot change them (`IncrementalEncoder`), so concat(push(...) ... finish()) ==
 translate(all ids) exactly, wherever the pieces are cut.
+
+Every conversion here counts with reason "translate" (conversions.py): the target's encodes as
+the tokenizer records them, and one decode per translation (per stream, per new logprob id).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .base import Tokenizer
+from .conversions import conversion_reason, record
 from .reencode import IncrementalEncoder
 
 __all__ = ["Translation", "TranslationStream", "Translator", "translator"]
@@ -49,6 +53,7 @@ class Translation:
 class Translator:
     """Translation from `source` ids to `target` ids (both immutable: build once, reuse)."""
 
+    @conversion_reason("translate")
     def __init__(self, source: Tokenizer, target: Tokenizer):
         self.source = source
         self.target = target
@@ -70,6 +75,7 @@ class Translator:
         """The target's control token for a source control token, if it has one."""
         return self._controls.get(token_id)
 
+    @conversion_reason("translate")
     def token_id(self, token_id: int) -> int | None:
         """The target's one id for a source token, where one stands for exactly its bytes: a
         control token's counterpart, the target's encoding of the token's text when that is a
@@ -80,6 +86,7 @@ class Translator:
             return self._controls[token_id]
         got = self._ids.get(token_id, _UNSEEN)
         if got is _UNSEEN:
+            record("decode")
             data = self.source.token_bytes(token_id)
             try:
                 ids = self.target.encode(data.decode("utf-8"))
@@ -89,7 +96,10 @@ class Translator:
             got = self._ids[token_id] = ids[0] if len(ids) == 1 else None
         return got  # type: ignore[return-value]
 
+    @conversion_reason("translate")
     def translate(self, ids: Sequence[int], *, skip_special: bool = False) -> Translation:
+        if ids:
+            record("decode")
         out: list[int] = []
         run: list[bytes] = []
         kept = True  # every control token stayed one
@@ -147,10 +157,15 @@ class TranslationStream:
         self._skip = skip_special
         self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="surrogateescape")
         self._enc = IncrementalEncoder(translator.target)
+        self._counted = False
 
+    @conversion_reason("translate")
     def push(self, ids: Sequence[int]) -> list[int]:
         """Take more source ids; returns the target ids that are final now (maybe none)."""
         tr, src = self._tr, self._tr.source
+        if ids and not self._counted:  # one decode per stream, however it is cut
+            record("decode")
+            self._counted = True
         out: list[int] = []
         pending: list[bytes] = []
         for t in ids:
@@ -166,6 +181,7 @@ class TranslationStream:
             pending.append(src.token_bytes(t))
         return out + self._text(b"".join(pending), final=False)
 
+    @conversion_reason("translate")
     def finish(self) -> list[int]:
         """The ids of everything not emitted yet (no more ids will come)."""
         return self._text(b"", final=True)
