@@ -377,7 +377,7 @@ async def test_translate_fallback_goes_through_text(
 async def test_http_errors_are_openai_shaped(client: httpx.AsyncClient) -> None:
     r = await client.get("/v1/nothing")
     assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"
-    r = await client.get("/v1/chat/completions")
+    r = await client.put("/v1/chat/completions")  # GET lists stored completions
     assert r.status_code == 405 and r.json()["error"]["type"] == "invalid_request_error"
     r = await client.post("/v1/chat/completions", content=b"{not json")
     assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_json"

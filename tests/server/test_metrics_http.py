@@ -63,7 +63,7 @@ async def test_requests_are_counted_by_route_template_and_status(
     for _ in range(2):
         assert (await client.post("/v1/chat/completions", json=chat())).status_code == 200
     assert (await client.post("/v1/chat/completions", content=b"{not json")).status_code == 400
-    assert (await client.get("/v1/chat/completions")).status_code == 405
+    assert (await client.put("/v1/chat/completions")).status_code == 405
     assert (await client.get(f"/v1/models/{MODEL}")).status_code == 200
     assert (await client.get("/v1/models/no-such-model")).status_code == 404
     for path in ("/nope", "/v1/nope/1", "/v1/nope/2?x=1"):

@@ -77,8 +77,9 @@ async def test_sqlite_runs_on_its_own_thread_in_wal_with_full_sync(tmp_path: Pat
 
 def test_the_default_sits_beside_the_tokenizer_store(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("TOKENWIRE_STORAGE", raising=False)
-    settings = Settings()
-    assert Path(settings.storage).parent == settings.tokenizer_store.parent
-    assert Path(settings.storage).suffix == ".sqlite3"
+    settings = Settings(tokenizer_store=Path("/srv/tw/tokenizers"))
+    assert settings.storage_url() == "/srv/tw/store.sqlite3"  # follows the tokenizer store
     monkeypatch.setenv("TOKENWIRE_STORAGE", "postgresql://db/tw")
-    assert Settings().storage == "postgresql://db/tw"
+    assert Settings().storage_url() == "postgresql://db/tw"
+    monkeypatch.setenv("TOKENWIRE_STORAGE", "none")
+    assert Settings().storage_url() is None

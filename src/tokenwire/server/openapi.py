@@ -30,6 +30,17 @@ from ..protocol.health import Health
 from ..protocol.render import RenderResponse
 from ..protocol.responses import Response as Response_
 from ..protocol.responses import ResponsesRequest, ResponseStreamEvent
+from ..protocol.storage import (
+    DeletedCompletion,
+    Document,
+    DocumentCreated,
+    DocumentSearchRequest,
+    DocumentSearchResults,
+    NewDocument,
+    StoredCompletionList,
+    StoredMessageList,
+    UpdateCompletion,
+)
 from ..protocol.tokenize import (
     DetokenizeRequest,
     DetokenizeResponse,
@@ -149,6 +160,31 @@ ENDPOINTS: dict[tuple[str, str], Endpoint] = {
     ("POST", "/detokenize"): Endpoint(
         "/v1/detokenize, at vLLM's path", DetokenizeRequest, DetokenizeResponse,
         errors=_TOKENIZE, example=_DETOKENIZE_EXAMPLE),
+    ("GET", "/v1/chat/completions"): Endpoint(
+        "Stored chat completions (store: true), oldest first: query after, limit (1-100), "
+        "order (asc|desc), model, metadata[KEY]=VALUE, format (text|tokens|both)",
+        response=StoredCompletionList, errors=(400,)),
+    ("GET", "/v1/chat/completions/{completion_id}"): Endpoint(
+        "A stored chat completion; query format (text|tokens|both)", response=ChatCompletion,
+        errors=(400, 404)),
+    ("POST", "/v1/chat/completions/{completion_id}"): Endpoint(
+        "Replace a stored chat completion's metadata", UpdateCompletion, ChatCompletion,
+        errors=(400, 404), example={"metadata": {"label": "kept"}}),
+    ("DELETE", "/v1/chat/completions/{completion_id}"): Endpoint(
+        "Delete a stored chat completion", response=DeletedCompletion, errors=(400, 404)),
+    ("GET", "/v1/chat/completions/{completion_id}/messages"): Endpoint(
+        "A stored chat completion's messages: query after, limit, order, format",
+        response=StoredMessageList, errors=(400, 404)),
+    ("POST", "/v1/documents"): Endpoint(
+        "Store a document as ids (sent as text, encoded once, or as ids)", NewDocument,
+        DocumentCreated, errors=(400,), example={"text": "The capital of France is Paris."}),
+    ("POST", "/v1/documents/search"): Endpoint(
+        "Documents ranked by BM25 over token ids (a text query is encoded once)",
+        DocumentSearchRequest, DocumentSearchResults, errors=(400,),
+        example={"query": "capital of France", "limit": 3}),
+    ("GET", "/v1/documents/{document_id}"): Endpoint(
+        "A stored document; query format (tokens, the default, text or both)",
+        response=Document, errors=(400, 404)),
     ("GET", "/v1/tokenizers"): Endpoint("The tokenizer versions known", response=TokenizerList),
     ("POST", "/v1/tokenizers/translate"): Endpoint(
         "Ids of one tokenizer version to the ids of the same bytes in another",

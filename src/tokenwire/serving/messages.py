@@ -97,9 +97,19 @@ def _content_ids(m: ChatMessage, space: TokenSpace) -> list[int]:
     if isinstance(c, InputTokensBlock):
         return from_ids(c.token_ids)
     ids: list[int] = []
-    for b in c or []:
+    for b in _blocks(c):
         ids += enc(b.text) if isinstance(b, TextBlock) else from_ids(b.token_ids)
     return ids
+
+
+def _blocks(c: object) -> list[TextBlock | InputTokensBlock]:
+    """A content list once its documents were spliced in (`message_id_spans` refuses them
+    before any content is read)."""
+    if not isinstance(c, list):
+        assert c is None, c
+        return []
+    assert not any(isinstance(b, InputDocumentBlock) for b in c)
+    return c
 
 
 def _check_client_text(value: Any, param: str) -> None:
@@ -266,7 +276,7 @@ def message_texts(messages: Sequence[ChatMessage], space: TokenSpace) -> list[st
             out.append(dec(c.token_ids))
         else:
             out.append("".join(b.text if isinstance(b, TextBlock) else dec(b.token_ids)
-                               for b in c or []))
+                               for b in _blocks(c)))
     return out
 
 
