@@ -11,7 +11,9 @@ import pytest
 
 from tests.conftest import serve_in_process
 from tests.fakes import MODEL, FakeEngine
+from tokenwire.tokenizers.conversions import conversions
 from tokenwire.tokenizers.hf import HFTokenizer
+from tokenwire.tokenizers.registry import TokenizerRegistry
 
 pytestmark = pytest.mark.anyio
 
@@ -249,3 +251,32 @@ async def test_input_document_splices_the_stored_ids_into_the_prompt(
     err = error_of(await client.post("/v1/tokenize", json={"model": MODEL, "messages": msgs}),
                    400)
     assert err["param"] == "messages[0].content[1]"
+
+
+async def test_a_document_of_another_version_is_translated_and_says_so(
+        make_app: Any, registry: TokenizerRegistry, tok: HFTokenizer,
+        gemma_tok: HFTokenizer) -> None:
+    """A document kept in Gemma 3's ids, used with SmolLM2: translated (the only conversion
+    in between), with a warning naming the block; the prompt holds the same text's ids."""
+    registry.register(gemma_tok, aliases=[gemma_tok.family])
+    passage = "The river Loire is the longest river in France."
+    async with serve_in_process(make_app()) as c:
+        doc = (await c.post("/v1/documents", json={
+            "token_ids": gemma_tok.encode(passage),
+            "tokenizer_version": gemma_tok.version})).json()
+        assert doc["tokenizer_version"] == gemma_tok.version
+        before = conversions()
+        r = await c.post(CHAT, json=body(
+            return_token_ids=True, response_format_tokens="only", tokenizer_version=tok.version,
+            messages=[{"role": "user", "content": [
+                {"type": "input_document", "document_id": doc["id"]}]}]))
+        moved = {k: v - before.get(k, 0) for k, v in conversions().items()
+                 if v != before.get(k, 0)}
+    assert r.status_code == 200, r.text
+    [warning] = [w for w in r.json()["warnings"] if w["code"] == "document_translated"]
+    assert warning["param"] == "messages[0].content[0]"
+    want = tok.encode(passage)
+    prompt = r.json()["prompt_token_ids"]
+    assert any(prompt[i:i + len(want)] == want for i in range(len(prompt)))
+    assert {reason for _, reason in moved} <= {"translate", "template"}, moved
+    assert moved[("decode", "translate")] >= 1
