@@ -1,21 +1,17 @@
 """The proposal's loop, counted: store a document as ids -> search -> chat with the document
-by reference and ids-only output -> store the completion -> read it back as ids. The server
-encodes and decodes nothing in between (`tokenwire_tokenizer_conversions_total` on /metrics,
-of the live server and, behind a gateway, of the tokenwire upstream); the same loop with text
-at both ends costs exactly the conversions at its edges."""
+by reference and ids-only output -> store the completion -> read it back as ids, with
+`tokenwire_tokenizer_conversions_total` read from /metrics of every tokenwire process serving
+it (the live server and, behind a gateway, a tokenwire upstream). On a server without a
+content policy it converts nothing (tests/storage/test_loop.py); here, with one, only the
+policy reads text. The helpers are shared with tests/storage/test_loop.py."""
 
 from __future__ import annotations
-
-from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.conftest import LiveServer, _free_port, start_server
-from tokenwire.config import Settings
-from tokenwire.server.app import create_app
+from tests.conftest import LiveServer
 from tokenwire.tokenizers.hf import HFTokenizer
 
 pytestmark = pytest.mark.engine
@@ -95,44 +91,6 @@ def text_loop(c: httpx.Client, first: list[int]) -> str:
     back = c.get(f"/v1/chat/completions/{r.json()['id']}", params={"format": "text"}).json()
     assert back["choices"][0]["message"]["content"] == content
     return content
-
-
-@pytest.fixture(scope="module")
-def plain_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    """`tokenwire serve` as `make serve` starts it (the embedded model, no content policy),
-    in a thread, with a store of its own."""
-    tmp: Path = tmp_path_factory.mktemp("plain")
-    settings = Settings(port=_free_port(), tokenizer_store=tmp / "tokenizers")
-    app = create_app(settings)
-    server, thread = start_server(app, settings.port)
-    yield LiveServer(url=f"http://127.0.0.1:{settings.port}", settings=settings, app=app)
-    server.should_exit = True
-    thread.join(timeout=60)
-
-
-def test_the_id_loop_converts_nothing_and_the_text_loop_only_its_edges(
-        plain_server: LiveServer, tok: HFTokenizer) -> None:
-    passages = [tok.encode(p) for p in PASSAGES]  # what the client holds: ids, from anywhere
-    question = tok.encode(QUESTION)
-    with httpx.Client(base_url=plain_server.url, timeout=120) as c:
-        # once first: the template's structure pieces are encoded once per process, then
-        # remembered (and the engine's prefix cache warms, which changes no count)
-        first = conversions(plain_server)
-        id_loop(c, tok, passages, question)
-        warm = delta(first, conversions(plain_server))
-        assert {reason for (_, _, reason) in warm} <= {"template"}, warm
-        before = conversions(plain_server)
-        sampled = id_loop(c, tok, passages, question)
-        assert delta(before, conversions(plain_server)) == {}
-        before = conversions(plain_server)
-        text = text_loop(c, passages[0])
-        moved = delta(before, conversions(plain_server))
-    # the ids the model sampled are the ids the text loop's answer is made of
-    assert text == tok.decode(sampled)
-    assert moved == {("gateway", "encode", "document"): len(PASSAGES),
-                     ("gateway", "encode", "search"): 1,
-                     ("gateway", "encode", "prompt"): 1,
-                     ("gateway", "decode", "output"): 1}, moved
 
 
 def test_behind_a_gateway_and_a_content_policy_only_the_policy_reads_text(
