@@ -86,3 +86,22 @@ def test_a_document_answers_a_question_from_storage(client: openai.OpenAI,
             {"type": "input_document", "document_id": ids[0]},
             {"type": "text", "text": " What is the capital of France?"}]}])
     assert "Paris" in (r.choices[0].message.content or "")
+
+
+def test_a_streamed_choice_is_stored_before_it_is_told_done(client: openai.OpenAI) -> None:
+    """The chunk that carries a choice's finish_reason comes after its record is durable: a
+    client that stops reading there finds it stored."""
+    stream = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "Say hi."}], max_tokens=8,
+        temperature=0, store=True, stream=True)
+    content = ""
+    for chunk in stream:
+        if chunk.choices and chunk.choices[0].delta.content:
+            content += chunk.choices[0].delta.content
+        if chunk.choices and chunk.choices[0].finish_reason is not None:
+            kept = client.chat.completions.retrieve(chunk.id)  # before reading further
+            assert kept.choices[0].message.content == content
+            break
+    else:
+        raise AssertionError("no chunk finished the choice")
+    stream.close()

@@ -138,6 +138,26 @@ async def test_messages_come_back_as_text_or_as_the_ids_the_model_read(
     page = (await client.get(f"{CHAT}/{cid}/messages",
                              params={"limit": 1, "order": "desc"})).json()
     assert [m["id"] for m in page["data"]] == [f"{cid}-1"] and page["has_more"] is True
+    rest = (await client.get(f"{CHAT}/{cid}/messages",
+                             params={"after": f"{cid}-1", "order": "desc"})).json()
+    assert [m["id"] for m in rest["data"]] == [f"{cid}-0"] and rest["has_more"] is False
+
+
+async def test_messages_keep_what_was_sent_whatever_the_template_did(
+        client: httpx.AsyncClient) -> None:
+    """Text comes from the request, not from the prompt: a truncated prompt, tool calls and
+    their results read back as sent."""
+    call = {"id": "call_1", "type": "function",
+            "function": {"name": "add", "arguments": "{\"a\": 1, \"b\": 2}"}}
+    msgs = [{"role": "user", "content": "Add 1 and 2, please, and explain at length."},
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "3"}]
+    cid = (await stored(client, messages=msgs, truncate_prompt_tokens=12, max_tokens=4))["id"]
+    got = (await client.get(f"{CHAT}/{cid}/messages")).json()["data"]
+    assert [m["content"] for m in got] == [msgs[0]["content"], None, "3"]
+    assert got[1]["tool_calls"] == [call] and got[2]["tool_call_id"] == "call_1"
+    err = error_of(await client.get(f"{CHAT}/{cid}/messages", params={"format": "tokens"}), 400)
+    assert err["param"] == "format"  # a truncated prompt no longer holds every message
 
 
 async def test_each_api_key_sees_only_its_own_records(make_app: Any) -> None:
@@ -158,24 +178,36 @@ async def test_each_api_key_sees_only_its_own_records(make_app: Any) -> None:
 async def test_bad_reads_are_refused_by_name(client: httpx.AsyncClient) -> None:
     cid = (await stored(client))["id"]
     for params, param in (({"format": "xml"}, "format"), ({"limit": "0"}, "limit"),
-                          ({"limit": "x"}, "limit"), ({"order": "up"}, "order"),
+                          ({"limit": "x"}, "limit"), ({"limit": "\u00b2"}, "limit"),
+                          ({"order": "up"}, "order"), ({"after": "a\x00"}, "after"),
                           ({"colour": "red"}, "colour"), ({"after": "nope"}, "after")):
         assert error_of(await client.get(CHAT, params=params), 400)["param"] == param
     assert error_of(await client.get(f"{CHAT}/{cid}", params={"format": "x"}), 400)["param"] \
         == "format"
+    assert error_of(await client.get(f"{CHAT}/a%00b"), 400)["param"] == "completion_id"
+    assert error_of(await client.get(f"{CHAT}/{cid}/messages", params={"limit": "\u00b2"}),
+                    400)["param"] == "limit"
     r = await client.post(f"{CHAT}/{cid}", json={"metadata": {"k" * 65: "v"}})
     assert error_of(r, 400)["param"].startswith("metadata")
     r = await client.post(f"{CHAT}/{cid}", json={"metadata": {"k": "v"}, "model": "x"})
     assert error_of(r, 400)["param"] == "model"
 
 
-async def test_store_and_metadata_are_checked(client: httpx.AsyncClient) -> None:
+async def test_store_and_metadata_are_checked(client: httpx.AsyncClient,
+                                              fake_engine: FakeEngine) -> None:
     r = await client.post(CHAT, json=body(store=True, metadata={str(i): "v" for i in range(17)}))
     assert error_of(r, 400)["param"] == "metadata"
+    r = await client.post(CHAT, json=body(store=True, metadata={"k": "a\x00b"}))
+    assert error_of(r, 400)["param"].startswith("metadata")
     first = await stored(client, request_id="fixed")
     assert first["id"] == "chatcmpl-fixed"
+    runs = len(fake_engine.prompts)
     r = await client.post(CHAT, json=body(store=True, request_id="fixed"))
-    assert error_of(r, 400)["code"] == "duplicate_id"
+    err = error_of(r, 400)
+    assert (err["code"], err["param"]) == ("duplicate_id", "request_id")
+    assert len(fake_engine.prompts) == runs  # refused before anything was generated
+    r = await client.post(CHAT, json=body(store=True, request_id="a\x00b"))
+    assert error_of(r, 400)["param"] == "request_id"
 
 
 async def test_without_storage_store_is_refused_by_name(make_app: Any) -> None:
@@ -251,6 +283,15 @@ async def test_input_document_splices_the_stored_ids_into_the_prompt(
     err = error_of(await client.post("/v1/tokenize", json={"model": MODEL, "messages": msgs}),
                    400)
     assert err["param"] == "messages[0].content[1]"
+    many = [{"type": "input_document", "document_id": doc["id"]}] * 65
+    err = error_of(await client.post(CHAT, json=body(messages=[
+        {"role": "user", "content": many}])), 400)
+    assert err["param"] == "messages"
+    # one document many times is read once and spliced at each place
+    r = await client.post(CHAT, json=body(return_token_ids=True, messages=[
+        {"role": "user", "content": many[:3]}]))
+    prompt = r.json()["prompt_token_ids"]
+    assert any(prompt[i:i + 3 * len(ids)] == ids * 3 for i in range(len(prompt)))
 
 
 async def test_a_document_of_another_version_is_translated_and_says_so(

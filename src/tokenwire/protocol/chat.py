@@ -64,7 +64,7 @@ class InputDocumentBlock(RequestModel):
     storage; one of another tokenizer version is translated, with a warning."""
 
     type: Literal["input_document"]
-    document_id: str
+    document_id: Annotated[str, Field(pattern=r"^[^\x00]*$")]
 
 
 def _block_tag(v: Any) -> str | None:

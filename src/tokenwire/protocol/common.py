@@ -33,8 +33,10 @@ __all__ = [
 TokenId = Annotated[StrictInt, Field(ge=0)]
 
 MAX_METADATA_PAIRS = 16
+_NO_NUL = r"^[^\x00]*$"
 Metadata = Annotated[
-    dict[Annotated[str, Field(max_length=64)], Annotated[str, Field(max_length=512)]],
+    dict[Annotated[str, Field(max_length=64, pattern=_NO_NUL)],
+         Annotated[str, Field(max_length=512, pattern=_NO_NUL)]],
     Field(max_length=MAX_METADATA_PAIRS),
 ]
 """OpenAI's limits: up to 16 pairs, keys of at most 64 characters, values of at most 512."""

@@ -6,7 +6,7 @@ their `tokenizer_version`, no text), or "both"; without it a record comes back a
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -61,11 +61,15 @@ class DeletedCompletion(ResponseModel):
 
 
 class StoredMessage(ResponseModel):
-    omit_if_none = frozenset({"name", "token_ids", "tokenizer_version"})
+    omit_if_none = frozenset({"name", "tool_calls", "tool_call_id", "token_ids",
+                              "tokenizer_version"})
     id: str
     role: str
     content: str | None
+    """As sent; ids in it (`input_tokens`, documents, an assistant's `token_ids`) decoded."""
     name: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
     token_ids: list[int] | None = None
     """The message's ids as the model read it (`format` tokens or both): its content, without
     the template's role markers."""

@@ -41,6 +41,9 @@ def _query(request: Request, allowed: Iterable[str]) -> dict[str, str]:
     known = set(allowed)
     out: dict[str, str] = {}
     for key, value in request.query_params.multi_items():
+        if "\x00" in key or "\x00" in value:
+            raise InvalidRequestError("query parameters cannot hold NUL characters",
+                                      param=key.replace("\x00", ""))
         name = "metadata" if key.startswith("metadata[") and key.endswith("]") else key
         if name not in known:
             raise InvalidRequestError(f"unknown query parameter {key!r}", param=key,
@@ -49,6 +52,14 @@ def _query(request: Request, allowed: Iterable[str]) -> dict[str, str]:
             raise InvalidRequestError(f"query parameter {key!r} is given twice", param=key)
         out[key] = value
     return out
+
+
+def _path(request: Request, name: str) -> str:
+    """A path parameter (an id): NUL cannot be in any id, nor in a PostgreSQL string."""
+    value: str = request.path_params[name]
+    if "\x00" in value:
+        raise InvalidRequestError("ids cannot hold NUL characters", param=name)
+    return value
 
 
 def _format(q: dict[str, str]) -> ReadFormat | None:
@@ -61,7 +72,7 @@ def _format(q: dict[str, str]) -> ReadFormat | None:
 
 def _page(q: dict[str, str], *, default_limit: int = 20) -> dict[str, Any]:
     raw = q.get("limit", str(default_limit))
-    if not raw.isdigit() or not 1 <= int(raw) <= 100:
+    if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= 100:
         raise InvalidRequestError("limit must be an integer from 1 to 100", param="limit",
                                   code="invalid_value")
     order = q.get("order", "asc")
@@ -109,26 +120,26 @@ async def list_completions(request: Request) -> Response:
 async def get_completion(request: Request) -> Response:
     q = _query(request, ("format",))
     return ModelResponse(await _stored(request).get(
-        request.path_params["completion_id"], _caller(request), _format(q)))
+        _path(request, "completion_id"), _caller(request), _format(q)))
 
 
 async def update_completion(request: Request) -> Response:
     _query(request, ())
     req = parse_body(await request.body(), UpdateCompletion)
     return ModelResponse(await _stored(request).update(
-        request.path_params["completion_id"], _caller(request), req.metadata or {}))
+        _path(request, "completion_id"), _caller(request), req.metadata or {}))
 
 
 async def delete_completion(request: Request) -> Response:
     _query(request, ())
     return ModelResponse(await _stored(request).delete(
-        request.path_params["completion_id"], _caller(request)))
+        _path(request, "completion_id"), _caller(request)))
 
 
 async def completion_messages(request: Request) -> Response:
     q = _query(request, ("after", "limit", "order", "format"))
     return ModelResponse(await _stored(request).messages(
-        request.path_params["completion_id"], _caller(request), fmt=_format(q), **_page(q)))
+        _path(request, "completion_id"), _caller(request), fmt=_format(q), **_page(q)))
 
 
 # -- documents --------------------------------------------------------------------------------
@@ -143,7 +154,7 @@ async def create_document(request: Request) -> Response:
 async def get_document(request: Request) -> Response:
     q = _query(request, ("format",))
     return ModelResponse(await _documents(request).get(
-        request.path_params["document_id"], _caller(request), _format(q) or "tokens"))
+        _path(request, "document_id"), _caller(request), _format(q) or "tokens"))
 
 
 async def search_documents(request: Request) -> Response:

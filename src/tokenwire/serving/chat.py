@@ -289,6 +289,12 @@ class ChatService(GenerationService):
         if req.store and self.stored is None:
             raise UnsupportedParameterError("this server keeps no records (no storage)",
                                             param="store")
+        if req.store and req.request_id is not None and "\x00" in req.request_id:
+            raise InvalidRequestError("a stored completion's id cannot hold NUL characters",
+                                      param="request_id")
+        if req.store and req.request_id is not None and self.stored is not None:
+            # before generating (the insert is still the arbiter between gateways)
+            await self.stored.check_free(f"chatcmpl-{req.request_id}", caller)
         if self.documents is None:
             return req, []
         return await self.documents.splice(req, caller,
@@ -378,6 +384,7 @@ class ChatService(GenerationService):
         same request unstreamed would have had it) before the stream's last chunk."""
         req = plan.req
         whole = [ChoiceResult() for _ in range(req.n)] if keep is not None else None
+        held: list[ChatCompletionChunk] = []  # with `keep`: each choice's last chunk
         env = plan.envelope()
         only = req.response_format_tokens == "only"
         # with ids on, every delta carries token_ids (maybe []): uniform to parse
@@ -438,13 +445,17 @@ class ChatService(GenerationService):
                         cached = u.cached_tokens
                     # ids a translation held back (their text has gone out already)
                     rest = outs[u.index].finish()
-                    yield ChatCompletionChunk(**env, usage=running.of(u.index),
-                                              choices=[ChatChunkChoice(
+                    last = ChatCompletionChunk(**env, usage=running.of(u.index),
+                                               choices=[ChatChunkChoice(
                         index=u.index, delta=ChatDelta(token_ids=rest if delta_ids else None),
                         finish_reason=plan.finish_reason(u.finish_reason, parser),
                         token_ids=rest if req.return_token_ids and rest else None,
                         stop_reason=plan.stop_reason(u.stop_reason) if plan.shows_ids else None,
                     )])
+                    if keep is None:
+                        yield last
+                    else:  # a choice is not told done before its record is durable
+                        held.append(last)
         finally:
             aclose = getattr(updates, "aclose", None)
             if aclose is not None:
@@ -453,5 +464,7 @@ class ChatService(GenerationService):
         if keep is not None and whole is not None:
             sent, caller = keep
             await self._keep(plan, sent, self._completion(plan, whole, usage), whole, caller)
+            for chunk in held:
+                yield chunk
         if req.stream_options is not None and req.stream_options.include_usage:
             yield ChatCompletionChunk(**env, choices=[], usage=usage)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Sequence
 
 from ..errors import DocumentNotFoundError, InvalidRequestError
@@ -36,29 +37,45 @@ from .models import ModelRegistry
 from .plan import Caller
 from .tokens import IdSpan, check_id_range, check_special_ids
 
-__all__ = ["DocumentService"]
+__all__ = ["MAX_DOCUMENTS", "DocumentService"]
+
+MAX_DOCUMENTS = 64
+"""`input_document` blocks one chat request may hold (each is a read of the store)."""
 
 
 class SearchIndexes:
     """One BM25 index per (owner, version), rebuilt when that owner's documents of that
     version are not the ones it was built from. The documents are listed from the store on
-    each search, so what another gateway stored in a shared database is found too."""
+    each search, so what another gateway stored in a shared database is found too (the cost:
+    one read of the owner's documents per search). The most recently used `keep` indexes are
+    kept in memory."""
 
-    def __init__(self, store: Store):
+    def __init__(self, store: Store, keep: int = 64):
         self._store = store
-        self._built: dict[tuple[str, str], tuple[frozenset[str], IdIndex]] = {}
+        self._keep = keep
+        self._built: OrderedDict[tuple[str, str], tuple[frozenset[str], IdIndex]] = \
+            OrderedDict()
 
     async def search(self, owner: str, version: str, ids: list[int], limit: int, *,
                      ignore: frozenset[int]) -> list[tuple[str, float]]:
         docs = [d for d in await self._store.documents(owner) if d.tokenizer_version == version]
         have = frozenset(d.id for d in docs)
-        built = self._built.get((owner, version))
+        key = (owner, version)
+        built = self._built.get(key)
         if built is None or built[0] != have:
-            index = IdIndex(ignore=ignore)
-            for d in docs:
-                index.add(d.id, d.token_ids)
-            built = self._built[(owner, version)] = (have, index)
+            built = (have, await asyncio.to_thread(_index, docs, ignore))
+        self._built[key] = built
+        self._built.move_to_end(key)
+        while len(self._built) > self._keep:
+            self._built.popitem(last=False)
         return await asyncio.to_thread(built[1].search, ids, limit)
+
+
+def _index(docs: Sequence[stored.Document], ignore: frozenset[int]) -> IdIndex:
+    index = IdIndex(ignore=ignore)
+    for d in docs:
+        index.add(d.id, d.token_ids)
+    return index
 
 
 class DocumentService:
@@ -155,6 +172,10 @@ class DocumentService:
                  if isinstance(b, InputDocumentBlock)]
         if not where:
             return req, []
+        if len(where) > MAX_DOCUMENTS:
+            raise InvalidRequestError(f"at most {MAX_DOCUMENTS} input_document blocks per "
+                                      "request", param="messages", code="invalid_value")
+        fetched: dict[str, stored.Document | None] = {}
         target = (self._tokenizers.resolve(req.tokenizer_version).version
                   if req.tokenizer_version is not None else model_version)
         messages = list(req.messages)
@@ -167,7 +188,10 @@ class DocumentService:
             block = blocks[j]
             assert isinstance(block, InputDocumentBlock)
             param = f"messages[{i}].content" + (f"[{j}]" if isinstance(m.content, list) else "")
-            doc = await self._store.get_document(caller.owner, block.document_id)
+            if block.document_id not in fetched:
+                fetched[block.document_id] = await self._store.get_document(
+                    caller.owner, block.document_id)
+            doc = fetched[block.document_id]
             if doc is None:
                 raise DocumentNotFoundError(f"no document {block.document_id!r}",
                                             param=f"{param}.document_id")

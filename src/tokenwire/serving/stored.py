@@ -9,9 +9,10 @@ content went in the prompt. So every read can return ids without encoding anythi
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from typing import Any, Literal
 
-from ..errors import CompletionNotFoundError, InvalidRequestError
+from ..errors import CompletionNotFoundError, DuplicateIdError, InvalidRequestError
 from ..protocol.chat import ChatCompletion
 from ..protocol.storage import (
     DeletedCompletion,
@@ -37,6 +38,12 @@ class StoredCompletions:
     async def keep(self, record: StoredCompletion) -> None:
         """Returns once the record is durable (a killed server still has it)."""
         await self._store.put_completion(record)
+
+    async def check_free(self, id: str, caller: Caller) -> None:
+        """Refuse a `request_id` whose record exists, before any work is done for it."""
+        if await self._store.get_completion(caller.owner, id) is not None:
+            raise DuplicateIdError(f"a completion {id!r} is already stored: send another "
+                                   "request_id", param="request_id")
 
     async def _record(self, id: str, caller: Caller) -> StoredCompletion:
         record = await self._store.get_completion(caller.owner, id)
@@ -92,6 +99,32 @@ class StoredCompletions:
                                     last_id=data[-1].id if data else None,
                                     has_more=page.has_more)
 
+    async def _text(self, m: dict[str, Any], client: Tokenizer, caller: Caller) -> str | None:
+        """A sent message's content as text: its text as sent; ids (assistant `token_ids`,
+        `input_tokens`, documents) decoded in their own version."""
+        if m.get("token_ids") is not None:
+            return self._decode(client, m["token_ids"])
+        content = m.get("content")
+        if content is None or isinstance(content, str):
+            return content
+        parts = []
+        for block in content if isinstance(content, list) else [content]:
+            kind = block.get("type")
+            if kind == "text":
+                parts.append(block["text"])
+            elif kind == "input_tokens":
+                parts.append(self._decode(client, block["token_ids"]))
+            elif kind == "input_document":
+                doc = await self._store.get_document(caller.owner, block["document_id"])
+                parts.append(self._decode(self._tokenizers.resolve(doc.tokenizer_version)
+                                          .tokenizer, doc.token_ids) if doc is not None else "")
+        return "".join(parts)
+
+    @staticmethod
+    def _decode(tok: Tokenizer, ids: Sequence[int]) -> str:
+        with conversion_reason("stored"):
+            return tok.decode(ids)
+
     async def update(self, id: str, caller: Caller, metadata: dict[str, str]) -> ChatCompletion:
         record = await self._store.update_completion(caller.owner, id, metadata)
         if record is None:
@@ -106,8 +139,9 @@ class StoredCompletions:
     async def messages(self, id: str, caller: Caller, *, after: str | None, limit: int,
                        order: Literal["asc", "desc"], fmt: ReadFormat | None,
                        ) -> StoredMessageList:
-        """The request's messages; with ids, each one's content ids as the model read them
-        (template markers excluded), cut from the stored prompt."""
+        """The request's messages: their content as sent (ids decoded in their own version),
+        and with ids, each one's content ids as the model read them (template markers
+        excluded), cut from the stored prompt."""
         record = await self._record(id, caller)
         sent: list[dict[str, Any]] = record.request.get("messages", [])
         want_ids = fmt in ("tokens", "both")
@@ -119,31 +153,27 @@ class StoredCompletions:
         by_message: dict[int, list[int]] = {}
         for i, a, b in record.spans:
             by_message.setdefault(i, []).extend(record.prompt_ids[a:b])
-        tok = self._tokenizer(record)
-        out = []
-        for i, m in enumerate(sent):
-            ids = by_message.get(i, [])
-            content = m.get("content")
-            text: str | None = content if isinstance(content, str) else None
-            if fmt != "tokens" and text is None and (content is not None or
-                                                     m.get("token_ids") is not None):
-                with conversion_reason("stored"):
-                    text = tok.decode(ids)  # blocks, ids, documents: as the model read them
-            out.append(StoredMessage(
-                id=f"{record.id}-{i}", role=m["role"], content=None if fmt == "tokens" else text,
-                name=m.get("name"), token_ids=ids if want_ids else None,
-                tokenizer_version=record.tokenizer_version if want_ids else None))
-        if order == "desc":
-            out.reverse()
+        if limit < 1:
+            raise InvalidRequestError("limit must be at least 1", param="limit")
+        order_ = list(range(len(sent)))[::-1 if order == "desc" else 1]
         if after is not None:
-            at = next((k for k, m in enumerate(out) if m.id == after), None)
+            at = next((k for k, i in enumerate(order_) if f"{record.id}-{i}" == after), None)
             if at is None:
                 raise InvalidRequestError(f"there is no message {after!r} to list after",
                                           param="after")
-            out = out[at + 1:]
-        if limit < 1:
-            raise InvalidRequestError("limit must be at least 1", param="limit")
-        page = out[:limit]
+            order_ = order_[at + 1:]
+        sent_version = record.request.get("tokenizer_version")
+        client = self._tokenizers.resolve(sent_version).tokenizer \
+            if isinstance(sent_version, str) else self._tokenizer(record)
+        page = []
+        for i in order_[:limit]:  # only the page is decoded
+            m = sent[i]
+            text = None if fmt == "tokens" else await self._text(m, client, caller)
+            page.append(StoredMessage(
+                id=f"{record.id}-{i}", role=m["role"], content=text, name=m.get("name"),
+                tool_calls=m.get("tool_calls"), tool_call_id=m.get("tool_call_id"),
+                token_ids=by_message.get(i, []) if want_ids else None,
+                tokenizer_version=record.tokenizer_version if want_ids else None))
         return StoredMessageList(data=page, first_id=page[0].id if page else None,
                                  last_id=page[-1].id if page else None,
-                                 has_more=len(out) > limit)
+                                 has_more=len(order_) > limit)
