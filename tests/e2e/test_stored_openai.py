@@ -77,8 +77,10 @@ def test_a_document_answers_a_question_from_storage(client: openai.OpenAI,
     passages = ["The capital of France is Paris.", "Bananas are yellow fruit.",
                 "Rust is a programming language."]
     ids = [httpx.post(f"{base}/documents", json={"text": p}).json()["id"] for p in passages]
+    # the live server's store is shared by the session's tests (other passages name France):
+    # the query's terms are this passage's own
     hits = httpx.post(f"{base}/documents/search",
-                      json={"query": "What is the capital of France?", "limit": 2}).json()
+                      json={"query": "capital Paris", "limit": 2}).json()
     assert hits["data"][0]["document_id"] == ids[0]
     r = client.chat.completions.create(
         model=MODEL, temperature=0, max_tokens=16,
