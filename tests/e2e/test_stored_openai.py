@@ -74,14 +74,16 @@ def test_a_document_answers_a_question_from_storage(client: openai.OpenAI,
                                                     live_server: LiveServer) -> None:
     """Store a passage, find it by search, splice it into a chat by reference."""
     base = live_server.base_url
-    passages = ["The capital of France is Paris.", "Bananas are yellow fruit.",
-                "Rust is a programming language."]
+    # the live server's store is shared by the session's tests (schemathesis stores arbitrary
+    # documents too): this run's passages carry a tag no other document has, and so does the
+    # query
+    tag = f"zq{uuid.uuid4().hex[:6]}"
+    passages = [f"[{tag}] The capital of France is Paris.", f"[{tag}] Bananas are yellow.",
+                f"[{tag}] Rust is a programming language."]
     ids = [httpx.post(f"{base}/documents", json={"text": p}).json()["id"] for p in passages]
-    # the live server's store is shared by the session's tests (other passages name France):
-    # the query's terms are this passage's own
     hits = httpx.post(f"{base}/documents/search",
-                      json={"query": "capital Paris", "limit": 2}).json()
-    assert hits["data"][0]["document_id"] == ids[0]
+                      json={"query": f"{tag} capital Paris", "limit": 3}).json()
+    assert hits["data"][0]["document_id"] == ids[0], (ids, hits)
     r = client.chat.completions.create(
         model=MODEL, temperature=0, max_tokens=16,
         messages=[{"role": "user", "content": [  # type: ignore[list-item]
