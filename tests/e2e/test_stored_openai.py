@@ -84,11 +84,18 @@ def test_a_document_answers_a_question_from_storage(client: openai.OpenAI,
     hits = httpx.post(f"{base}/documents/search",
                       json={"query": f"{tag} capital Paris", "limit": 3}).json()
     assert hits["data"][0]["document_id"] == ids[0], (ids, hits)
+    # the passage itself (no tag, which would distract a 135M model), spliced by reference
+    passage = httpx.post(f"{base}/documents",
+                         json={"text": "The capital of France is Paris."}).json()
+    held = httpx.get(f"{base}/documents/{passage['id']}").json()["token_ids"]
     r = client.chat.completions.create(
         model=MODEL, temperature=0, max_tokens=16,
         messages=[{"role": "user", "content": [  # type: ignore[list-item]
-            {"type": "input_document", "document_id": ids[0]},
-            {"type": "text", "text": " What is the capital of France?"}]}])
+            {"type": "input_document", "document_id": passage["id"]},
+            {"type": "text", "text": " What is the capital of France?"}]}],
+        extra_body={"return_token_ids": True})
+    prompt = r.model_extra["prompt_token_ids"]  # type: ignore[index]
+    assert any(prompt[i:i + len(held)] == held for i in range(len(prompt)))
     assert "Paris" in (r.choices[0].message.content or "")
 
 
