@@ -197,3 +197,37 @@ def test_in_band_stream_errors_and_broken_connections(tmp_path: Path) -> None:
     assert len(got) == 1 and stream.response.is_closed
     with pytest.raises(APIConnectionError):
         client.tokenizer_version("m")
+
+
+async def test_documents_in_ids_and_a_chat_that_reads_one(sdk: AsyncClient, tok: HFTokenizer,
+                                                         fake_engine: FakeEngine) -> None:
+    """The SDK's document calls: store ids, find them by ids, read them back, splice one into
+    a chat by reference (the prompt holds its ids exactly)."""
+    ids = tok.encode(" the Loire is the longest river in France")
+    made = await sdk.add_document(token_ids=ids, tokenizer_version=tok.version)
+    other = await sdk.add_document("Bees live in colonies.")
+    assert (made.count, other.tokenizer_version) == (len(ids), tok.version)
+    hits = await sdk.search_documents(tok.encode(" longest river"), tokenizer_version=tok.version)
+    assert [h.document_id for h in hits.data] == [made.id]
+    assert (await sdk.search_documents("bees colonies")).data[0].document_id == other.id
+    assert (await sdk.document(made.id)).token_ids == ids
+    assert (await sdk.document(other.id, format="text")).text == "Bees live in colonies."
+    r = await sdk.chat(MODEL, [{"role": "user", "content": [
+        {"type": "input_document", "document_id": made.id}]}])
+    assert r.prompt_token_ids is not None
+    assert any(r.prompt_token_ids[i:i + len(ids)] == ids
+               for i in range(len(r.prompt_token_ids)))
+    with pytest.raises(InvalidRequestError) as info:
+        await sdk.add_document(token_ids=[1, 2])  # ids need their version
+    assert info.value.param == "tokenizer_version"
+
+
+def test_the_sync_client_has_the_same_document_calls(app, tok: HFTokenizer,  # type: ignore[no-untyped-def]
+                                                     tmp_path: Path) -> None:
+    from starlette.testclient import TestClient
+
+    with TestClient(app, base_url="http://test/v1/") as http, \
+            Client(http_client=http, cache_dir=tmp_path / "cache") as sdk:
+        made = sdk.add_document("A violin has four strings.")
+        assert sdk.document(made.id).token_ids == tok.encode("A violin has four strings.")
+        assert sdk.search_documents("violin strings").data[0].document_id == made.id

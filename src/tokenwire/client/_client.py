@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, TypeVar, overload
+from urllib.parse import quote
 
 import httpx
 from pydantic import BaseModel
@@ -20,10 +21,19 @@ from ..errors import APIConnectionError
 from ..protocol.chat import ChatCompletion, ChatCompletionChunk
 from ..protocol.common import ModelCard, ModelList
 from ..protocol.completions import Completion, CompletionChunk
+from ..protocol.storage import Document, DocumentCreated, DocumentSearchResults, ReadFormat
 from ..protocol.tokenize import DetokenizeResponse, TokenizeResponse, TokenizerInfo, TokenizerList
 from ..tokenizers.base import VERSION_RE
 from ..tokenizers.hf import HFTokenizer
-from ._common import chat_body, completion_body, raise_for_error, wants_version, wire_messages
+from ._common import (
+    chat_body,
+    completion_body,
+    document_body,
+    raise_for_error,
+    search_body,
+    wants_version,
+    wire_messages,
+)
 from ._streaming import AsyncStream, Stream
 from ._tokenizers import TokenizerCache
 
@@ -142,6 +152,26 @@ class Client(_Base):
             tokenizer_version = self.tokenizer_version(model)
         body = {"tokens": list(tokens), "tokenizer_version": tokenizer_version}
         return self._parse(self._send("POST", "detokenize", json=body), DetokenizeResponse)
+
+    # -- documents (held as ids by the server) ------------------------------------------------
+
+    def add_document(self, text: str | None = None, *, token_ids: Sequence[int] | None = None,
+                     tokenizer_version: str | None = None) -> DocumentCreated:
+        """Store text (encoded once, by the server) or ids of `tokenizer_version`."""
+        body = document_body(text, token_ids, tokenizer_version)
+        return self._parse(self._send("POST", "documents", json=body), DocumentCreated)
+
+    def document(self, document_id: str, *, format: ReadFormat = "tokens") -> Document:
+        r = self._send("GET", f"documents/{quote(document_id, safe='')}?format={format}")
+        return self._parse(r, Document)
+
+    def search_documents(self, query: str | Sequence[int], *,
+                         tokenizer_version: str | None = None,
+                         limit: int = 10) -> DocumentSearchResults:
+        """Documents ranked by BM25 over ids: `query` as text, or ids of `tokenizer_version`."""
+        body = search_body(query, tokenizer_version, limit)
+        return self._parse(self._send("POST", "documents/search", json=body),
+                           DocumentSearchResults)
 
     # -- generation -----------------------------------------------------------------------
 
@@ -263,6 +293,25 @@ class AsyncClient(_Base):
         body = {"tokens": list(tokens), "tokenizer_version": tokenizer_version}
         r = await self._send("POST", "detokenize", json=body)
         return self._parse(r, DetokenizeResponse)
+
+    async def add_document(self, text: str | None = None, *,
+                           token_ids: Sequence[int] | None = None,
+                           tokenizer_version: str | None = None) -> DocumentCreated:
+        """Store text (encoded once, by the server) or ids of `tokenizer_version`."""
+        body = document_body(text, token_ids, tokenizer_version)
+        return self._parse(await self._send("POST", "documents", json=body), DocumentCreated)
+
+    async def document(self, document_id: str, *, format: ReadFormat = "tokens") -> Document:
+        r = await self._send("GET", f"documents/{quote(document_id, safe='')}?format={format}")
+        return self._parse(r, Document)
+
+    async def search_documents(self, query: str | Sequence[int], *,
+                               tokenizer_version: str | None = None,
+                               limit: int = 10) -> DocumentSearchResults:
+        """Documents ranked by BM25 over ids: `query` as text, or ids of `tokenizer_version`."""
+        body = search_body(query, tokenizer_version, limit)
+        return self._parse(await self._send("POST", "documents/search", json=body),
+                           DocumentSearchResults)
 
     @overload
     async def chat(self, model: str, messages: Sequence[Any], *,

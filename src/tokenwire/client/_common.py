@@ -75,6 +75,27 @@ def completion_body(model: str, prompt: Any, params: dict[str, Any]) -> dict[str
     return {"model": model, "prompt": prompt, **defaults, **params}
 
 
+def document_body(text: str | None, token_ids: Sequence[int] | None,
+                  tokenizer_version: str | None) -> dict[str, Any]:
+    body: dict[str, Any] = {"text": text} if token_ids is None else \
+        {"token_ids": list(token_ids)}
+    if tokenizer_version is not None:
+        body["tokenizer_version"] = tokenizer_version
+    return body
+
+
+def search_body(query: str | Sequence[int], tokenizer_version: str | None,
+                limit: int) -> dict[str, Any]:
+    """A text query (encoded by the server), or ids, whose version must be named."""
+    if isinstance(query, str):
+        body: dict[str, Any] = {"query": query}
+        if tokenizer_version is not None:
+            body["tokenizer_version"] = tokenizer_version
+    else:
+        body = {"query": {"token_ids": list(query), "tokenizer_version": tokenizer_version}}
+    return {**body, "limit": limit}
+
+
 def wants_version(body: Mapping[str, Any]) -> bool:
     """Does this body send ids without naming their version (the client fills it in)?"""
     if body.get("tokenizer_version") is not None:
