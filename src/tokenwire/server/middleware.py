@@ -9,14 +9,16 @@ from __future__ import annotations
 import hmac
 from collections.abc import Sequence
 
+from starlette.requests import Request
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..errors import AuthenticationError, RequestTooLargeError
 from ..metrics import UNMATCHED, Metrics
+from ..serving.plan import Caller
 from .errors import render_error
 
-__all__ = ["API_KEY_STATE", "ApiKeyAuth", "BodyLimit", "RequestMetrics"]
+__all__ = ["API_KEY_STATE", "ApiKeyAuth", "BodyLimit", "RequestMetrics", "caller_of"]
 
 OPEN_PATHS = frozenset({"/health", "/ping", "/openapi.json", "/docs"})
 """Served without a key: the probes (vLLM's /ping is SageMaker's), and the API's description
@@ -24,6 +26,11 @@ OPEN_PATHS = frozenset({"/health", "/ping", "/openapi.json", "/docs"})
 OPEN_PREFIXES = ("/docs/assets/",)
 API_KEY_STATE = "api_key"
 """`request.state.api_key`: the key a request was authenticated with."""
+
+
+def caller_of(request: Request) -> Caller:
+    """Who sent a request, as `ApiKeyAuth` established it (what services scope by)."""
+    return Caller(api_key=getattr(request.state, API_KEY_STATE, None))
 
 
 class RequestMetrics:

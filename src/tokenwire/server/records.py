@@ -23,17 +23,13 @@ from ..protocol.storage import (
     UpdateCompletion,
 )
 from ..serving.documents import DocumentService
-from ..serving.plan import Caller
 from ..serving.stored import StoredCompletions
 from ._json import ModelResponse
-from .middleware import API_KEY_STATE
+from .middleware import caller_of
 from .validation import parse_body
 
 __all__ = ["record_routes"]
 
-
-def _caller(request: Request) -> Caller:
-    return Caller(api_key=getattr(request.state, API_KEY_STATE, None))
 
 
 def _query(request: Request, allowed: Iterable[str]) -> dict[str, str]:
@@ -113,33 +109,33 @@ def _documents(request: Request) -> DocumentService:
 async def list_completions(request: Request) -> Response:
     q = _query(request, ("after", "limit", "order", "model", "metadata", "format"))
     return ModelResponse(await _stored(request).list(
-        _caller(request), model=q.get("model"), metadata=_metadata(q), fmt=_format(q),
+        caller_of(request), model=q.get("model"), metadata=_metadata(q), fmt=_format(q),
         **_page(q)))
 
 
 async def get_completion(request: Request) -> Response:
     q = _query(request, ("format",))
     return ModelResponse(await _stored(request).get(
-        _path(request, "completion_id"), _caller(request), _format(q)))
+        _path(request, "completion_id"), caller_of(request), _format(q)))
 
 
 async def update_completion(request: Request) -> Response:
     _query(request, ())
     req = parse_body(await request.body(), UpdateCompletion)
     return ModelResponse(await _stored(request).update(
-        _path(request, "completion_id"), _caller(request), req.metadata or {}))
+        _path(request, "completion_id"), caller_of(request), req.metadata or {}))
 
 
 async def delete_completion(request: Request) -> Response:
     _query(request, ())
     return ModelResponse(await _stored(request).delete(
-        _path(request, "completion_id"), _caller(request)))
+        _path(request, "completion_id"), caller_of(request)))
 
 
 async def completion_messages(request: Request) -> Response:
     q = _query(request, ("after", "limit", "order", "format"))
     return ModelResponse(await _stored(request).messages(
-        _path(request, "completion_id"), _caller(request), fmt=_format(q), **_page(q)))
+        _path(request, "completion_id"), caller_of(request), fmt=_format(q), **_page(q)))
 
 
 # -- documents --------------------------------------------------------------------------------
@@ -148,19 +144,19 @@ async def completion_messages(request: Request) -> Response:
 async def create_document(request: Request) -> Response:
     _query(request, ())
     req = parse_body(await request.body(), NewDocument)
-    return ModelResponse(await _documents(request).create(req, _caller(request)))
+    return ModelResponse(await _documents(request).create(req, caller_of(request)))
 
 
 async def get_document(request: Request) -> Response:
     q = _query(request, ("format",))
     return ModelResponse(await _documents(request).get(
-        _path(request, "document_id"), _caller(request), _format(q) or "tokens"))
+        _path(request, "document_id"), caller_of(request), _format(q) or "tokens"))
 
 
 async def search_documents(request: Request) -> Response:
     _query(request, ())
     req = parse_body(await request.body(), DocumentSearchRequest)
-    return ModelResponse(await _documents(request).search(req, _caller(request)))
+    return ModelResponse(await _documents(request).search(req, caller_of(request)))
 
 
 record_routes = [

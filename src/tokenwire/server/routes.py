@@ -30,11 +30,10 @@ from ..serving.chat import ChatService
 from ..serving.completions import CompletionService
 from ..serving.generate import GenerateService
 from ..serving.models import ModelRegistry, ServedModel
-from ..serving.plan import Caller
 from ..serving.responses import ResponsesService
 from ..serving.tokenize import TokenizeService
 from ._json import ModelResponse
-from .middleware import API_KEY_STATE
+from .middleware import caller_of
 from .sse import sse_frames, sse_typed_events
 from .validation import parse_body
 
@@ -109,7 +108,7 @@ async def _respond(request: Request, stream: bool,
 async def chat_completions(request: Request) -> Response:
     req = parse_body(await request.body(), ChatCompletionRequest)
     service: ChatService = request.app.state.chat
-    caller = _caller(request)
+    caller = caller_of(request)
     return await _respond(request, req.stream, lambda: service.stream(req, caller),
                           lambda: service.create(req, caller))
 
@@ -126,17 +125,13 @@ async def render_chat(request: Request) -> Response:
     """vLLM's render: the prompt a chat request would run with, nothing generated."""
     req = parse_body(await request.body(), ChatCompletionRequest)
     service: ChatService = request.app.state.chat
-    return ModelResponse(await service.render(req, _caller(request)))
-
-
-def _caller(request: Request) -> Caller:
-    return Caller(api_key=getattr(request.state, API_KEY_STATE, None))
+    return ModelResponse(await service.render(req, caller_of(request)))
 
 
 async def completions(request: Request) -> Response:
     req = parse_body(await request.body(), CompletionRequest)
     service: CompletionService = request.app.state.completions
-    caller = _caller(request)
+    caller = caller_of(request)
     return await _respond(request, req.stream, lambda: service.stream(req, caller),
                           lambda: service.create(req, caller))
 
@@ -145,7 +140,7 @@ async def generate(request: Request) -> Response:
     """vLLM's tokens-in/tokens-out endpoint (same request and response shapes)."""
     req = parse_body(await request.body(), GenerateRequest)
     service: GenerateService = request.app.state.generate
-    caller = _caller(request)
+    caller = caller_of(request)
     return await _respond(request, bool(req.stream), lambda: service.stream(req, caller),
                           lambda: service.create(req, caller))
 
@@ -203,7 +198,7 @@ async def health(request: Request) -> Response:
     models: ModelRegistry = request.app.state.models
     report = {m.id: m.engine.health() for m in models.all()}
     ok = bool(report) and all(h.ok for h in report.values())
-    trusted = not request.app.state.settings.api_keys or _caller(request).api_key is not None
+    trusted = not request.app.state.settings.api_keys or caller_of(request).api_key is not None
     detail = {name: ModelHealth.model_validate(dataclasses.asdict(h))
               for name, h in report.items() if trusted and (h.replicas or not h.ok)}
     body = Health(status="ok" if ok else "unavailable", models=detail or None)
