@@ -160,6 +160,8 @@ async def test_documents_round_trip_packed(store: Store, store_url: str, vocab: 
     await store.put_document(Document("doc-0", ALICE, "tv", [], 1_700_000_001, vocab))
     assert await store.get_document(ALICE, "doc-1") == doc
     assert [d.id for d in await store.documents(ALICE)] == ["doc-1", "doc-0"]
+    assert [d.id for d in await store.documents(ALICE, "tv")] == ["doc-0"]  # one version
+    assert await store.documents(ALICE, "tv-none") == []
     assert await store.get_document(ALICE, "doc-2") is None
     # as packed on disk: `width` bytes an id, and the count beside them
     [(w, n, count)] = raw(store_url, "SELECT width, length(ids), count FROM documents "

@@ -58,7 +58,7 @@ class SearchIndexes:
 
     async def search(self, owner: str, version: str, ids: list[int], limit: int, *,
                      ignore: frozenset[int]) -> list[tuple[str, float]]:
-        docs = [d for d in await self._store.documents(owner) if d.tokenizer_version == version]
+        docs = await self._store.documents(owner, version)
         have = frozenset(d.id for d in docs)
         key = (owner, version)
         built = self._built.get(key)

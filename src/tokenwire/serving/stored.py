@@ -71,8 +71,7 @@ class StoredCompletions:
             if fmt == "tokens":
                 message["content"] = None
             elif message.get("content") is None and not message.get("tool_calls"):
-                with conversion_reason("stored"):
-                    message["content"] = tok.decode(ids)
+                message["content"] = self._decode(tok, ids)
             if fmt == "text":
                 message.pop("token_ids", None)
             else:

@@ -97,6 +97,14 @@ DELETE_COMPLETION = "DELETE FROM completions WHERE owner = ? AND id = ?"
 INSERT_DOCUMENT = f"INSERT INTO documents ({_DOCUMENT}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 GET_DOCUMENT = f"SELECT {_DOCUMENT} FROM documents WHERE owner = ? AND id = ?"
 LIST_DOCUMENTS = f"SELECT {_DOCUMENT} FROM documents WHERE owner = ? ORDER BY seq"
+LIST_DOCUMENTS_OF_VERSION = (f"SELECT {_DOCUMENT} FROM documents WHERE owner = ? AND "
+                             "tokenizer_version = ? ORDER BY seq")
+
+
+def list_documents(owner: str, tokenizer_version: str | None) -> tuple[str, tuple[str, ...]]:
+    if tokenizer_version is None:
+        return LIST_DOCUMENTS, (owner,)
+    return LIST_DOCUMENTS_OF_VERSION, (owner, tokenizer_version)
 
 
 def list_completions(dialect: Dialect, owner: str, *, model: str | None,

@@ -91,8 +91,10 @@ class Store(Protocol):
 
     async def get_document(self, owner: str, id: str) -> Document | None: ...
 
-    async def documents(self, owner: str) -> list[Document]:
-        """Every document of `owner`, oldest first (what a search index is built from)."""
+    async def documents(self, owner: str, tokenizer_version: str | None = None,
+                        ) -> list[Document]:
+        """Every document of `owner` (of one version, if given), oldest first (what a search
+        index is built from)."""
         ...
 
     async def aclose(self) -> None: ...

@@ -145,9 +145,11 @@ class PostgresStore:
         row = await self._fetchone(_sql.GET_DOCUMENT, (owner, id))
         return None if row is None else _sql.document_from_row(row)
 
-    async def documents(self, owner: str) -> list[Document]:
+    async def documents(self, owner: str, tokenizer_version: str | None = None,
+                        ) -> list[Document]:
+        text, params = _sql.list_documents(owner, tokenizer_version)
         async with self._connection() as conn:
-            rows = await (await conn.execute(_q(_sql.LIST_DOCUMENTS), (owner,))).fetchall()
+            rows = await (await conn.execute(_q(text), params)).fetchall()
         return [_sql.document_from_row(r) for r in rows]
 
     async def aclose(self) -> None:

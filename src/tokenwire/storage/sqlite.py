@@ -158,9 +158,10 @@ class SQLiteStore:
             lambda c: c.execute(_q(_sql.GET_DOCUMENT), (owner, id)).fetchone())
         return None if row is None else _sql.document_from_row(row)
 
-    async def documents(self, owner: str) -> list[Document]:
-        rows = await self._run(
-            lambda c: c.execute(_q(_sql.LIST_DOCUMENTS), (owner,)).fetchall())
+    async def documents(self, owner: str, tokenizer_version: str | None = None,
+                        ) -> list[Document]:
+        text, params = _sql.list_documents(owner, tokenizer_version)
+        rows = await self._run(lambda c: c.execute(_q(text), params).fetchall())
         return [_sql.document_from_row(r) for r in rows]
 
     async def aclose(self) -> None:
