@@ -4,7 +4,6 @@ real upstream), the official `openai` client. Tool calls, structured output, ren
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -28,12 +27,6 @@ ADD = {"type": "function", "function": {
                    "required": ["a", "b"], "additionalProperties": False}}}
 TOOLS = [WEATHER, ADD]
 SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}  # type: ignore[index]
-
-
-@pytest.fixture(scope="module")
-def client(live_server: LiveServer) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(base_url=live_server.base_url, api_key="unused", max_retries=0) as c:
-        yield c
 
 
 def run_turn(client: openai.OpenAI, messages: list[Any], stream: bool,

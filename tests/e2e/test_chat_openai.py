@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -17,12 +16,6 @@ from tokenwire.tokenizers.hf import HFTokenizer
 pytestmark = pytest.mark.engine
 
 MODEL = "SmolLM2-135M-Instruct"
-
-
-@pytest.fixture(scope="module")
-def client(live_server: LiveServer) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(base_url=live_server.base_url, api_key="unused", max_retries=0) as c:
-        yield c
 
 
 @pytest.fixture(scope="module")

@@ -4,13 +4,11 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import openai
 import pytest
 
-from tests.conftest import LiveServer
 from tokenwire.tokenizers.hf import HFTokenizer
 
 pytestmark = pytest.mark.engine
@@ -20,12 +18,6 @@ IDS: Any = ["output.token_ids", "input.token_ids"]
 WEATHER: Any = {"type": "function", "name": "get_weather", "description": "The weather of a city",
                 "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
                                "required": ["city"]}, "strict": True}
-
-
-@pytest.fixture(scope="module")
-def client(live_server: LiveServer) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(base_url=live_server.base_url, api_key="unused", max_retries=0) as c:
-        yield c
 
 
 def extra(obj: Any, key: str) -> Any:

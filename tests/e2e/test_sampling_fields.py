@@ -7,7 +7,6 @@ by name; none is an unknown parameter.
 from __future__ import annotations
 
 import typing
-from collections.abc import Iterator
 from typing import Any
 
 import openai
@@ -15,7 +14,7 @@ import pytest
 from openai.types import completion_create_params as completion_params
 from openai.types.chat import completion_create_params as chat_params
 
-from tests.conftest import TEST_UPSTREAM, LiveServer
+from tests.conftest import TEST_UPSTREAM
 from tokenwire.tokenizers.hf import HFTokenizer
 
 pytestmark = pytest.mark.engine
@@ -23,12 +22,6 @@ pytestmark = pytest.mark.engine
 MODEL = "SmolLM2-135M-Instruct"
 ASK = [{"role": "user", "content": "Name three colors."}]
 IM_START = 1  # SmolLM2's <|im_start|>: a control token that does not end the output
-
-
-@pytest.fixture(scope="module")
-def client(live_server: LiveServer) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(base_url=live_server.base_url, api_key="unused", max_retries=0) as c:
-        yield c
 
 
 def chat(client: openai.OpenAI, messages: list[Any] = ASK, **extra: Any) -> Any:

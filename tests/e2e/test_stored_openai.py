@@ -4,7 +4,6 @@ gateway in front of a real upstream), through the official `openai` SDK's own ca
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 
 import httpx
 import openai
@@ -15,12 +14,6 @@ from tests.conftest import LiveServer
 pytestmark = pytest.mark.engine
 
 MODEL = "SmolLM2-135M-Instruct"
-
-
-@pytest.fixture(scope="module")
-def client(live_server: LiveServer) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(base_url=live_server.base_url, api_key="unused", max_retries=0) as c:
-        yield c
 
 
 def test_the_sdk_stored_completions_calls(client: openai.OpenAI) -> None:
