@@ -101,11 +101,7 @@ class CompletionService(GenerationService):
         # id prompts are raw: rendered by the client, template control ids included
         warnings = self._guard.check_ids(spans, space.client.tokenizer, raw_prompt=True,
                                          caller_key=caller.api_key)
-        if self._guard.reads_input:
-            dec = space.client.tokenizer.decode
-            with conversion_reason("policy"):
-                texts = [(param, p if isinstance(p, str) else dec(p)) for param, p in prompts]
-            self._guard.check_texts(texts, "prompt")
+        self._guard.check_prompts(prompts, space.client.tokenizer, "prompt")
         tok = model.tokenizer
         entry = model.tokenizer_entry
         ids: list[list[int]] = []

@@ -32,7 +32,6 @@ from ..protocol.generate import (
     GenerateStreamResponse,
     StructuredOutputs,
 )
-from ..tokenizers.conversions import conversion_reason
 from .generation import ChoiceUpdate, RunningUsage, run_choices
 from .grammar import json_grammar, schema_grammar, tags_grammar
 from .logprobs import MISSING_LOGPROB, prompt_logprob_rows
@@ -175,10 +174,7 @@ class GenerateService(GenerationService):
         check_id_range([*spans, IdSpan("sampling_params.stop_token_ids",
                                        sp.stop_token_ids or [])], tok)
         warnings = self._guard.check_ids(spans, tok, raw_prompt=True, caller_key=caller.api_key)
-        if self._guard.reads_input:
-            with conversion_reason("policy"):
-                text = tok.decode(req.token_ids)
-            self._guard.check_texts([("token_ids", text)], "token_ids")
+        self._guard.check_prompts([("token_ids", req.token_ids)], tok, "token_ids")
         return _Plan(req=req, model=model, space=space, shows_ids=True, sent_ids=True,
                      grammar=grammar,
                      id=f"generate-tokens-{req.request_id or uuid.uuid4().hex}",

@@ -102,6 +102,17 @@ class Guard:
         if len(texts) > 1:
             self._verdict(self.policy.check("\n".join(t for _, t in texts)), whole_param)
 
+    def check_prompts(self, prompts: Sequence[tuple[str, str | Sequence[int]]],
+                      tokenizer: Tokenizer, whole_param: str) -> None:
+        """`check_texts` on (param, text or ids) prompts, ids decoded with `tokenizer`, only
+        when the policy reads requests (else nothing is decoded for it)."""
+        if not self.reads_input:
+            return
+        with conversion_reason("policy"):
+            texts = [(param, p if isinstance(p, str) else tokenizer.decode(p))
+                     for param, p in prompts]
+        self.check_texts(texts, whole_param)
+
     @staticmethod
     def _verdict(v: Violation | None, param: str) -> None:
         if v is not None:
