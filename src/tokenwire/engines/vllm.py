@@ -17,13 +17,20 @@ vLLM's conventions, translated here and nowhere else:
 - logprob ids come as `token_id` (0.32+) or as `"token_id:N"` strings (older releases, and
   legacy completions logprobs);
 - prompt logprobs only come in unstreamed responses, so scoring requests are not streamed;
-  vLLM samples at least one token, which a scoring-only request (`max_tokens` 0) drops.
+  vLLM samples at least one token, which a scoring-only request (`max_tokens` 0) drops;
+- the prefix cache's hits (`usage.prompt_tokens_details.cached_tokens`, with vLLM's
+  `--enable-prompt-tokens-details`) come in a usage chunk after the finish
+  (`stream_options.include_usage`): the finish event waits for it;
+- 0.32's `weight_versions` (spans of output-token indexes, the stop id's included) come on the
+  finishing choice and are passed on as they are.
 Ids are never decoded or re-encoded: `detokenize` is off on generate.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from ..errors import ServiceUnavailableError
@@ -33,6 +40,7 @@ from .base import (
     PromptLogprobsEvent,
     SamplingParams,
     TokenEvent,
+    WeightSpan,
 )
 from .upstream import ChunkDecoder, Replica, UpstreamEngine, UpstreamInfo, structural_tag
 
@@ -70,6 +78,8 @@ class _Decoder(ChunkDecoder):
         self._prompt = prompt
         self._params = params
         self._stops = stops
+        self._finish: FinishEvent | None = None
+        """Held until the usage chunk that follows it (cached tokens)."""
 
     def feed(self, chunk: dict[str, Any]) -> list[EngineEvent]:
         events: list[EngineEvent] = []
@@ -90,8 +100,25 @@ class _Decoder(ChunkDecoder):
             if reason is not None:
                 if reason not in ("stop", "length"):
                     raise ServiceUnavailableError(f"vLLM ended the request: {reason}")
-                events.append(FinishEvent(reason, stop_token=stop_token))
+                spans = choice.get("weight_versions")
+                self._finish = FinishEvent(reason, stop_token=stop_token, weight_versions=tuple(
+                    WeightSpan(str(w["version"]), int(w["start"]), int(w["end"]))
+                    for w in spans) if spans else None)
+        usage = chunk.get("usage")
+        if self._finish is not None and isinstance(usage, dict):
+            # the usage chunk follows the finish (stream_options.include_usage), or shares the
+            # whole body: it says how much of the prompt the prefix cache served
+            details = usage.get("prompt_tokens_details") or {}
+            cached = details.get("cached_tokens")
+            events.append(replace(self._finish, cached_tokens=cached
+                                  if isinstance(cached, int) else None))
+            self._finish = None
         return events
+
+    def end(self) -> list[EngineEvent]:
+        """No usage came (an older vLLM): the finish goes out without cached tokens."""
+        finish, self._finish = self._finish, None
+        return [finish] if finish is not None else []
 
     def _tokens(self, ids: list[int], lp: Any) -> list[TokenEvent]:
         k = self._params.logprobs
@@ -179,7 +206,9 @@ class VllmEngine(UpstreamEngine):
         if g is not None:
             # StructuredOutputsParams: `grammar` (xgrammar reads a text holding "::=" as GBNF),
             # a lazy one as `structural_tag`
+            # (a schema goes as itself: xgrammar compiles it, and reads no empty alternative)
             sampling["structured_outputs"] = {"structural_tag": structural_tag(g)} if g.lazy \
+                else {"json": json.loads(g.json_schema)} if g.json_schema is not None \
                 else {"grammar": g.gbnf}
         stream = params.prompt_logprobs is None
         if replica.info.mode == GENERATE:
@@ -190,6 +219,8 @@ class VllmEngine(UpstreamEngine):
             body = {"model": self.model_name, "prompt": list(prompt), **sampling,
                     "stream": stream, "return_token_ids": True,
                     "return_tokens_as_token_ids": True}
+        if stream:  # the usage chunk after the finish carries the prefix cache's hits
+            body["stream_options"] = {"include_usage": True}
         if params.cache_salt is not None:
             body["cache_salt"] = params.cache_salt
         return replica.info.mode, body

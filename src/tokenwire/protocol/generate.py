@@ -31,6 +31,7 @@ __all__ = [
     "GenerateSamplingParams",
     "GenerateStreamOptions",
     "GenerateStreamResponse",
+    "WeightVersionSpan",
     "token_id_of",
 ]
 
@@ -211,6 +212,14 @@ class GenerateLogprobs(ResponseModel):
     content: list[GenerateLogprobEntry] | None = None
 
 
+class WeightVersionSpan(ResponseModel):
+    """Output tokens `[start, end)` were sampled by the weights labelled `version` (vLLM 0.32)."""
+
+    version: str
+    start: int
+    end: int
+
+
 class GenerateChoice(ResponseModel):
     index: int
     finish_reason: str | None = None
@@ -221,6 +230,9 @@ class GenerateChoice(ResponseModel):
     """The sampled ids, the one that ended the output included (vLLM's convention); deltas
     when streaming."""
     logprobs: GenerateLogprobs | None = None
+    weight_versions: list[WeightVersionSpan] | None = None
+    """Which weights sampled which output tokens (indexes over the choice's whole output),
+    where the engine says; on the finishing chunk of a stream (vLLM 0.32's convention)."""
 
 
 class _GenerateBase(ResponseModel):

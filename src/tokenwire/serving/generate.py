@@ -16,7 +16,7 @@ import uuid
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
 
-from ..engines.base import Grammar, StructuralTag, TokenEvent
+from ..engines.base import Grammar, StructuralTag, TokenEvent, WeightSpan
 from ..errors import (
     InvalidRequestError,
     UnsupportedParameterError,
@@ -31,6 +31,7 @@ from ..protocol.generate import (
     GenerateResponse,
     GenerateStreamResponse,
     StructuredOutputs,
+    WeightVersionSpan,
 )
 from .generation import ChoiceUpdate, RunningUsage, run_choices
 from .grammar import json_grammar, schema_grammar, tags_grammar
@@ -209,7 +210,8 @@ class GenerateService(GenerationService):
 
     def _choice(self, plan: _Plan, index: int, ids: list[int], events: list[TokenEvent],
                 finish: str | None, stop_reason: int | str | None,
-                stop_event: TokenEvent | None) -> GenerateChoice:
+                stop_event: TokenEvent | None,
+                weights: tuple[WeightSpan, ...] | None = None) -> GenerateChoice:
         if stop_event is not None:  # vLLM's ids end with the id that ended the output
             ids = [*ids, stop_event.token_id]
             events = [*events, stop_event]
@@ -218,8 +220,10 @@ class GenerateService(GenerationService):
         lp = None
         if plan.req.sampling_params.logprobs is not None:
             lp = GenerateLogprobs(content=[_entry(e) for e in events])
+        spans = [WeightVersionSpan(version=w.version, start=w.start, end=w.end)
+                 for w in weights] if weights is not None else None
         return GenerateChoice(index=index, finish_reason=finish, stop_reason=stop_reason,
-                              token_ids=ids, logprobs=lp)
+                              token_ids=ids, logprobs=lp, weight_versions=spans)
 
     def _envelope(self, plan: _Plan) -> dict[str, object]:
         return {"request_id": plan.id, "tokenizer_version": plan.space.client.version,
@@ -240,7 +244,7 @@ class GenerateService(GenerationService):
         usage = self._served(plan, self._usage(plan, sum(a.n_sampled for a in acc),
                                                acc[0].cached_tokens))
         choices = [self._choice(plan, i, a.ids, a.events, a.finish_reason, a.stop_reason,
-                                a.stop_event) for i, a in enumerate(acc)]
+                                a.stop_event, a.weight_versions) for i, a in enumerate(acc)]
         scored = acc[0].prompt_logprobs if req.sampling_params.prompt_logprobs is not None \
             else None
         return GenerateResponse(
@@ -274,7 +278,8 @@ class GenerateService(GenerationService):
                 if u.index == 0 and u.finish_reason is not None:
                     cached = u.cached_tokens
                 choice = self._choice(plan, u.index, u.delta.ids, u.delta.events,
-                                      u.finish_reason, u.stop_reason, u.stop_event)
+                                      u.finish_reason, u.stop_reason, u.stop_event,
+                                      u.weight_versions)
                 running.add(u)
                 yield GenerateStreamResponse(**env, **first, choices=[choice],
                                              usage=running.of(u.index))

@@ -19,6 +19,7 @@ from ..engines.base import (
     PromptLogprobsEvent,
     SamplingParams,
     TokenEvent,
+    WeightSpan,
 )
 from ..errors import InvalidRequestError, ServiceUnavailableError
 from ..metrics import TokenClock, TokenTimer
@@ -46,6 +47,8 @@ class ChoiceUpdate:
     (it is not part of the delta)."""
     cached_tokens: int | None = None
     """On the finishing update: prompt tokens the engine's prefix cache served (if it says)."""
+    weight_versions: tuple[WeightSpan, ...] | None = None
+    """On the finishing update: which weights sampled which tokens (if the engine says)."""
 
 
 @dataclass
@@ -61,6 +64,7 @@ class ChoiceResult:
     stop_event: TokenEvent | None = None
     n_sampled: int = 0
     cached_tokens: int | None = None
+    weight_versions: tuple[WeightSpan, ...] | None = None
 
     @property
     def text(self) -> str:
@@ -78,6 +82,7 @@ class ChoiceResult:
             self.stop_event = u.stop_event
             self.n_sampled = u.n_sampled
             self.cached_tokens = u.cached_tokens
+            self.weight_versions = u.weight_versions
 
 
 class RunningUsage:
@@ -150,7 +155,8 @@ async def _pump(index: int, stream: EventStream, decoder: OutputDecoder,
                     n_sampled = ev.n_sampled  # the upstream's own count (text-only engines)
                 out.put_nowait(ChoiceUpdate(index, decoder.finish(), ev.reason, stop_reason,
                                             n_sampled, stop_event=ev.stop_token,
-                                            cached_tokens=ev.cached_tokens))
+                                            cached_tokens=ev.cached_tokens,
+                                            weight_versions=ev.weight_versions))
                 return
         raise ServiceUnavailableError("the engine ended a sequence without finishing it")
     except Exception as exc:  # noqa: BLE001 - handed to the consumer, which raises it

