@@ -176,6 +176,11 @@ class Settings(BaseSettings):
     upstream_read_timeout: float = Field(
         600.0, gt=0, description="Seconds an upstream may stay silent within a response."
     )
+    upstream_migrations: int = Field(
+        2, ge=0, le=16, description="Most times one sequence moves to another replica when "
+        "its replica is lost mid-response (prompt + the ids already sent, continued there); "
+        "0: never, the response ends with an error as before."
+    )
     upstream_start_timeout: float = Field(
         120.0, ge=0, description="Seconds to wait at start for a first replica to answer."
     )

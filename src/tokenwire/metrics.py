@@ -52,6 +52,13 @@ class _Stepping(Protocol):
     on_step: Callable[[int], None] | None
 
 
+@runtime_checkable
+class _Migrating(Protocol):
+    """A gateway engine, which moves sequences off lost replicas (engines/upstream)."""
+
+    on_migration: Callable[[str], None] | None
+
+
 class TokenClock:
     """Times one choice, started when it was submitted: its first sampled token against the
     start (time to first token), each later one against the one before (inter-token)."""
@@ -134,6 +141,10 @@ class Metrics:
         self._itl = Histogram(
             "tokenwire_inter_token_latency_seconds", "Between consecutive sampled tokens of a "
             "choice, in seconds.", model, buckets=ITL_BUCKETS, registry=reg)
+        self._migrations = Counter(
+            "tokenwire_upstream_migrations", "Sequences whose upstream replica was lost "
+            "mid-response, by outcome: moved (continued on another replica) or gave_up.",
+            [*model, "outcome"], registry=reg)
         reg.register(_Conversions())
 
     def attach(self, model: str, engine: object) -> None:
@@ -144,6 +155,8 @@ class Metrics:
                 gauge.labels(model).set_function(partial(getattr, engine, attr))
         if isinstance(engine, _Stepping):
             engine.on_step = self._steps.labels(model).observe
+        if isinstance(engine, _Migrating):
+            engine.on_migration = lambda outcome: self._migrations.labels(model, outcome).inc()
 
     def request(self, route: str, status: int) -> None:
         self._requests.labels(route, str(status)).inc()

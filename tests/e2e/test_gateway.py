@@ -95,7 +95,7 @@ def home_of(http: httpx.Client, text: str, n: int) -> int:
     return PrefixRouter(n).order(ids, [True] * n, [0] * n)[0]
 
 
-def test_a_dead_replica_fails_its_stream_and_the_other_goes_on(two: list[Upstream],
+def test_a_dead_replica_moves_its_stream_and_the_other_goes_on(two: list[Upstream],
                                                                tmp_path: Path) -> None:
     with gateway(tmp_path, engine="vllm", upstream=[u.url for u in two],
                  health_interval=0.3) as http:
@@ -137,8 +137,11 @@ def test_a_dead_replica_fails_its_stream_and_the_other_goes_on(two: list[Upstrea
         assert survived.status_code == 200, survived.text
         assert survived.json()["choices"][0]["finish_reason"] in ("stop", "length")
         dead, alive = results[0], results[1]
-        assert dead[-1] == {"done": True}
-        assert dead[-2]["error"]["code"] == "engine_unavailable"  # in-band, then [DONE]
+        assert dead[-1] == {"done": True}  # moved to the live replica: no error, one stream
+        assert not any("error" in c for c in dead), dead[-2]
+        assert dead[-2]["choices"][0]["finish_reason"] in ("stop", "length")
+        assert [w["code"] for c in dead[:-1] for w in c.get("warnings") or []] == \
+            ["request_migrated"]
         assert alive[-1] == {"done": True}
         assert alive[-2]["choices"][0]["finish_reason"] in ("stop", "length")
         # /health tells the dead replica from the live one; the gateway still serves
@@ -168,6 +171,62 @@ def test_a_dead_replica_fails_its_stream_and_the_other_goes_on(two: list[Upstrea
         assert r.status_code == 503 and r.json()["error"]["code"] == "engine_unavailable"
         for u in two:
             u.start()
+
+
+def stream_ids(http: httpx.Client, text: str, kill: Any = None,
+               **kw: Any) -> tuple[list[int], list[dict[str, Any]]]:
+    """A greedy stream's sampled ids and its chunks; `kill(n)` is called after each chunk."""
+    body = {"model": MODEL, "stream": True, "temperature": 0, "return_token_ids": True,
+            "messages": [{"role": "user", "content": text}], **kw}
+    chunks: list[dict[str, Any]] = []
+    with http.stream("POST", "/v1/chat/completions", json=body) as resp:
+        for line in resp.iter_lines():
+            if line.startswith("data: {"):
+                chunks.append(json.loads(line[6:]))
+                if kill is not None:
+                    kill(len(chunks))
+    ids = [t for c in chunks for ch in c.get("choices", []) for t in ch.get("token_ids") or []]
+    return ids, chunks
+
+
+@pytest.mark.parametrize("kind", ["llama-server", "tokenwire"])
+def test_a_stream_moves_to_another_replica_with_its_ids(kind: str, tmp_path: Path) -> None:
+    """SIGKILL the replica in the middle of a greedy stream: the gateway continues it on the
+    other (prompt + the ids already sent), and the client's ids are the uninterrupted run's."""
+    start = (lambda: llama_server(tmp_path, slots=2, ctx_per_slot=4096)) \
+        if kind == "llama-server" else (lambda: tokenwire_upstream(tmp_path, n_parallel=2))
+    ups = [start(), start()]
+    try:
+        with gateway(tmp_path, engine=kind if kind == "llama-server" else "vllm",
+                     upstream=[u.url for u in ups], health_interval=0.3) as http:
+            wait_for(lambda: all(r["healthy"] for r in replicas(http)))
+            text = next(t for i in range(40) if home_of(
+                http, t := f"Tell me a long story about dragon number {i}.", 2) == 0)
+            want, _ = stream_ids(http, text, max_tokens=200, ignore_eos=True)
+            assert len(want) == 200
+
+            def kill(n: int) -> None:
+                if n == 40:
+                    ups[0].kill()
+
+            got, chunks = stream_ids(http, text, kill, max_tokens=200, ignore_eos=True)
+            assert not any("error" in c for c in chunks), chunks[-1]
+            assert got == want
+            assert [w["code"] for c in chunks for w in c.get("warnings") or []] == \
+                ["request_migrated"]
+            assert ('tokenwire_upstream_migrations_total{model_name="%s",outcome="moved"} 1.0'
+                    % MODEL) in http.get("/metrics").text
+            # what cannot be continued gives up as before: a grammar's state stays behind
+            ups[0].start()
+            wait_for(lambda: all(r["healthy"] for r in replicas(http)))
+            _, chunks = stream_ids(http, text, lambda n: n == 4 and ups[0].kill(),
+                                   max_tokens=200, response_format={"type": "json_object"})
+            assert chunks[-1]["error"]["code"] == "engine_unavailable"
+            assert ('tokenwire_upstream_migrations_total{model_name="%s",outcome="gave_up"} 1.0'
+                    % MODEL) in http.get("/metrics").text
+    finally:
+        for u in ups:
+            u.stop()
 
 
 def test_turns_of_a_conversation_stay_on_one_replica(two: list[Upstream],

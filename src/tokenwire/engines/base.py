@@ -160,6 +160,8 @@ class FinishEvent:
     """Prompt tokens whose KV came from the engine's prefix cache (None: not reported)."""
     weight_versions: tuple[WeightSpan, ...] | None = None
     """Which weights sampled which output tokens, where the engine says (None: not reported)."""
+    migrations: tuple[str, ...] = ()
+    """Each move of the sequence to another replica after its own was lost (a gateway's)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,7 +32,13 @@ from ..tokenizers.conversions import Reason, conversion_reason
 from .checks import check_generation_request
 from .constraints import Constraints, resolve_constraints
 from .documents import DocumentService
-from .generation import ChoiceResult, ChoiceUpdate, RunningUsage, run_choices
+from .generation import (
+    ChoiceResult,
+    ChoiceUpdate,
+    RunningUsage,
+    migration_warnings,
+    run_choices,
+)
 from .logprobs import chat_logprobs, prompt_logprobs
 from .messages import (
     Conversation,
@@ -360,9 +366,10 @@ class ChatService(GenerationService):
                 stop_reason=plan.stop_reason(a.stop_reason) if plan.shows_ids else None,
             ))
         scored = acc[0].prompt_logprobs if req.prompt_logprobs is not None else None
+        moved = migration_warnings(*(a.migrations for a in acc))
         return ChatCompletion(
             **plan.envelope(),
-            warnings=plan.warnings,
+            warnings=[*(plan.warnings or []), *moved] if moved else plan.warnings,
             choices=choices,
             usage=usage,
             prompt_token_ids=plan.prompt if req.return_token_ids and not plan.space.translate
@@ -446,6 +453,7 @@ class ChatService(GenerationService):
                     # ids a translation held back (their text has gone out already)
                     rest = outs[u.index].finish()
                     last = ChatCompletionChunk(**env, usage=running.of(u.index),
+                                               warnings=migration_warnings(u.migrations),
                                                choices=[ChatChunkChoice(
                         index=u.index, delta=ChatDelta(token_ids=rest if delta_ids else None),
                         finish_reason=plan.finish_reason(u.finish_reason, parser),

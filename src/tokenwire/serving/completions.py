@@ -17,7 +17,7 @@ from ..errors import (
     InvalidRequestError,
     UnsupportedParameterError,
 )
-from ..protocol.common import Usage
+from ..protocol.common import ResponseWarning, Usage
 from ..protocol.completions import (
     Completion,
     CompletionChoice,
@@ -27,7 +27,7 @@ from ..protocol.completions import (
 )
 from ..tokenizers.conversions import conversion_reason
 from .checks import check_generation_request
-from .generation import ChoiceUpdate, RunningUsage, run_choices
+from .generation import ChoiceUpdate, RunningUsage, migration_warnings, run_choices
 from .logprobs import LegacyLogprobs
 from .plan import ANONYMOUS, Caller, GenerationService, Plan, check_engine_features
 from .sampling import choice_params, completion_budget, truncate_prompt, vllm_params
@@ -186,8 +186,9 @@ class CompletionService(GenerationService):
             ))
         usage = plan.usage(sum(a.n_sampled for a in acc),
                            {i: a.cached_tokens for i, a in enumerate(acc)})
-        return Completion(**plan.envelope(), warnings=plan.warnings, choices=choices,
-                          usage=self._served(plan, usage))
+        moved = migration_warnings(*(a.migrations for a in acc))
+        return Completion(**plan.envelope(), choices=choices, usage=self._served(plan, usage),
+                          warnings=[*(plan.warnings or []), *moved] if moved else plan.warnings)
 
     async def stream(self, req: CompletionRequest, caller: Caller = ANONYMOUS,
                      ) -> AsyncIterator[CompletionChunk]:
@@ -212,8 +213,10 @@ class CompletionService(GenerationService):
         def chunk(c: int, text: str, *, logprobs: CompletionLogprobs | None = None,
                   ids: list[int] | None = None, first: bool = False,
                   finish: str | None = None, stop_reason: int | str | None = None,
-                  ) -> CompletionChunk:
+                  moved: list[ResponseWarning] | None = None) -> CompletionChunk:
             warnings, warned[0] = (None if warned[0] else plan.warnings), True
+            if moved:
+                warnings = [*(warnings or []), *moved]
             return CompletionChunk(**env, warnings=warnings,
                                    usage=running.of(c),
                                    choices=[CompletionChoice(
@@ -251,7 +254,8 @@ class CompletionService(GenerationService):
                         cached[u.index] = u.cached_tokens
                         # ids a translation held back (their text has gone out already)
                         yield chunk(c, "", ids=outs[c].finish(), finish=u.finish_reason,
-                                    stop_reason=plan.stop_reason(u.stop_reason))
+                                    stop_reason=plan.stop_reason(u.stop_reason),
+                                    moved=migration_warnings(u.migrations))
         finally:
             usage = self._served(plan, plan.usage(completion, cached))
         if req.stream_options is not None and req.stream_options.include_usage:

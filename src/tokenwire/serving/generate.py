@@ -33,7 +33,7 @@ from ..protocol.generate import (
     StructuredOutputs,
     WeightVersionSpan,
 )
-from .generation import ChoiceUpdate, RunningUsage, run_choices
+from .generation import ChoiceUpdate, RunningUsage, migration_warnings, run_choices
 from .grammar import json_grammar, schema_grammar, tags_grammar
 from .logprobs import MISSING_LOGPROB, prompt_logprob_rows
 from .models import ServedModel
@@ -247,8 +247,12 @@ class GenerateService(GenerationService):
                                 a.stop_event, a.weight_versions) for i, a in enumerate(acc)]
         scored = acc[0].prompt_logprobs if req.sampling_params.prompt_logprobs is not None \
             else None
+        first = self._first(plan)
+        moved = migration_warnings(*(a.migrations for a in acc))
+        if moved:
+            first["warnings"] = [*(plan.warnings or []), *moved]
         return GenerateResponse(
-            **self._envelope(plan), **self._first(plan), model=plan.model.id,
+            **self._envelope(plan), **first, model=plan.model.id,
             created=int(time.time()), usage=usage,
             prompt_logprobs=prompt_logprob_rows(
                 plan.prompt, scored, lambda _, lp, rank: GenerateLogprob(logprob=lp, rank=rank))
@@ -281,6 +285,10 @@ class GenerateService(GenerationService):
                                       u.finish_reason, u.stop_reason, u.stop_event,
                                       u.weight_versions)
                 running.add(u)
+                moved = migration_warnings(u.migrations)
+                if moved:  # on the finishing event (with the first one's, if it is that)
+                    before = plan.warnings if first else None
+                    first = {**first, "warnings": [*(before or []), *moved]}
                 yield GenerateStreamResponse(**env, **first, choices=[choice],
                                              usage=running.of(u.index))
                 first = {}

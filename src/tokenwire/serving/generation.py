@@ -23,13 +23,14 @@ from ..engines.base import (
 )
 from ..errors import InvalidRequestError, ServiceUnavailableError
 from ..metrics import TokenClock, TokenTimer
-from ..protocol.common import StreamOptions, Usage
+from ..protocol.common import ResponseWarning, StreamOptions, Usage
 from ..protocol.generate import GenerateStreamOptions
 from ..tokenizers.base import Tokenizer
 from ..tokenizers.conversions import Reason
 from .output import Delta, OutputDecoder
 
-__all__ = ["ChoiceResult", "ChoiceUpdate", "RunningUsage", "collect", "run_choices"]
+__all__ = ["ChoiceResult", "ChoiceUpdate", "RunningUsage", "collect", "migration_warnings",
+           "run_choices"]
 
 
 @dataclass
@@ -49,6 +50,8 @@ class ChoiceUpdate:
     """On the finishing update: prompt tokens the engine's prefix cache served (if it says)."""
     weight_versions: tuple[WeightSpan, ...] | None = None
     """On the finishing update: which weights sampled which tokens (if the engine says)."""
+    migrations: tuple[str, ...] = ()
+    """On the finishing update: each move to another upstream replica (a gateway's)."""
 
 
 @dataclass
@@ -65,6 +68,7 @@ class ChoiceResult:
     n_sampled: int = 0
     cached_tokens: int | None = None
     weight_versions: tuple[WeightSpan, ...] | None = None
+    migrations: tuple[str, ...] = ()
 
     @property
     def text(self) -> str:
@@ -83,6 +87,7 @@ class ChoiceResult:
             self.n_sampled = u.n_sampled
             self.cached_tokens = u.cached_tokens
             self.weight_versions = u.weight_versions
+            self.migrations = u.migrations
 
 
 class RunningUsage:
@@ -156,7 +161,8 @@ async def _pump(index: int, stream: EventStream, decoder: OutputDecoder,
                 out.put_nowait(ChoiceUpdate(index, decoder.finish(), ev.reason, stop_reason,
                                             n_sampled, stop_event=ev.stop_token,
                                             cached_tokens=ev.cached_tokens,
-                                            weight_versions=ev.weight_versions))
+                                            weight_versions=ev.weight_versions,
+                                            migrations=ev.migrations))
                 return
         raise ServiceUnavailableError("the engine ended a sequence without finishing it")
     except Exception as exc:  # noqa: BLE001 - handed to the consumer, which raises it
@@ -235,3 +241,11 @@ async def _merge(streams: list[EventStream], decoders: list[OutputDecoder],
             t.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def migration_warnings(*moves: Sequence[str]) -> list[ResponseWarning] | None:
+    """`request_migrated`, once per move of any choice to another upstream replica (its
+    replica was lost mid-response, and the gateway continued it there: engines/upstream/
+    migration.py); None when nothing moved."""
+    return [ResponseWarning(code="request_migrated", param=None, message=m)
+            for ms in moves for m in ms] or None

@@ -26,7 +26,7 @@ from .models import ModelRegistry, ServedModel
 from .tokens import TokenSpace, resolve_token_space
 
 __all__ = ["ANONYMOUS", "Caller", "GenerationService", "OutIds", "Plan",
-           "check_engine_features"]
+           "check_engine_features", "run_whole"]
 
 log = logging.getLogger(__name__)
 
@@ -150,6 +150,18 @@ class OutIds:
         return self._stream.finish() if self._stream is not None else []
 
 
+async def run_whole(run: Callable[[], Awaitable[_T]]) -> _T:
+    """A response sent whole, run once more if its upstream replica was lost and the gateway
+    could not continue the sequence elsewhere (engines/upstream/migration.py says when): nothing
+    has reached the client, so it may start over; the lost replica is down, and admission goes
+    to another. A stream cannot do this: it ends with the in-band error."""
+    try:
+        return await run()
+    except ReplicaLostError as exc:
+        log.warning("engine lost the request mid-generation (%s); running it again", exc)
+    return await run()
+
+
 class GenerationService:
     """Base of the generating services (chat, completions, generate)."""
 
@@ -180,14 +192,12 @@ class GenerationService:
 
     async def _whole(self, start: Callable[[], Awaitable[AsyncGenerator[ChoiceUpdate, None]]],
                      n: int) -> list[ChoiceResult]:
-        """Every choice of a response sent whole. Nothing reaches the client until all are
-        done, so choices cut short by a lost upstream replica run again, once: the engine has
-        marked that replica down, and admission goes to another (a stream cannot do this)."""
-        updates = await start()
-        try:
-            return await collect(updates, n)
-        except ReplicaLostError as exc:
-            log.warning("engine lost the request mid-generation (%s); running it again", exc)
+        """Every choice of a response sent whole (see `run_whole`)."""
+        return await run_whole(lambda: self._collect(start, n))
+
+    @staticmethod
+    async def _collect(start: Callable[[], Awaitable[AsyncGenerator[ChoiceUpdate, None]]],
+                       n: int) -> list[ChoiceResult]:
         return await collect(await start(), n)
 
     def _space(self, model: ServedModel, version: str | None, fallback: str,

@@ -26,7 +26,7 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 from ..config import Settings
-from ..engines.base import ReplicaLostError, TokenEvent
+from ..engines.base import TokenEvent
 from ..errors import TokenwireError
 from ..metrics import Metrics
 from ..protocol.common import Usage
@@ -57,7 +57,7 @@ from .generation import ChoiceUpdate
 from .guard import Guard
 from .logprobs import chat_logprobs
 from .models import ModelRegistry
-from .plan import GenerationService
+from .plan import GenerationService, run_whole
 from .responses_input import ParamMap, to_chat_request
 from .toolparser import ToolCallParser
 
@@ -313,24 +313,18 @@ class ResponsesService(GenerationService):
 
     async def create(self, req: ResponsesRequest) -> Response:
         plan, pm = await self._prepare(self.plan, req)
-        for attempt in (1, 2):
+
+        async def run() -> Response:
             asm = self._assembler(req, plan)
             updates = await self._updates(plan, pm)
-            try:
-                async with contextlib.aclosing(updates):
-                    async for u in updates:
-                        asm.push(u)
-                        if u.finish_reason is not None:
-                            self._served(plan, asm.usage(u))
-            except ReplicaLostError as exc:
-                # nothing was sent yet: run it again, once (as chat does for a whole response)
-                if attempt == 2:
-                    raise
-                log.warning("engine lost the request mid-generation (%s); running it again",
-                            exc)
-                continue
-            break
-        return asm.response
+            async with contextlib.aclosing(updates):
+                async for u in updates:
+                    asm.push(u)
+                    if u.finish_reason is not None:
+                        self._served(plan, asm.usage(u))
+            return asm.response
+
+        return await run_whole(run)
 
     async def stream(self, req: ResponsesRequest) -> AsyncIterator[ResponseEvent]:
         plan, pm = await self._prepare(self.plan, req)

@@ -24,13 +24,14 @@ from typing import Any
 
 import aiohttp
 
-from ...config import default_model_name
+from ...config import Settings, default_model_name
 from ...errors import RateLimitError, ServiceUnavailableError, TokenwireError
 from ..base import EngineHealth, EngineInfo, EngineStartError, SamplingParams, check_prompt
 from ..registry import EngineSpec
 from ..routing import PrefixRouter
 from .errors import upstream_error
 from .health import Health
+from .migration import MigratingStream
 from .replica import Replica, UpstreamInfo
 from .stream import ChunkDecoder, UpstreamStream
 from .transport import TRANSPORT_ERRORS, Transport, json_or_error
@@ -65,6 +66,12 @@ class UpstreamEngine:
         self._info: EngineInfo | None = None
         self._transport = Transport()
         self._health = Health(self, spec)
+        self.on_migration: Callable[[str], None] | None = None
+        """Told "moved" or "gave_up" for each lost sequence (metrics.py counts them)."""
+
+    @property
+    def settings(self) -> Settings:
+        return self._settings
 
     # -- what a protocol module provides -----------------------------------------------------
 
@@ -208,7 +215,13 @@ class UpstreamEngine:
 
     # -- admission ----------------------------------------------------------------------------
 
-    async def submit(self, prompt: Sequence[int], params: SamplingParams) -> UpstreamStream:
+    async def submit(self, prompt: Sequence[int], params: SamplingParams) -> MigratingStream:
+        """Admission; the sequence moves to another replica if its own is lost mid-response
+        (migration.py)."""
+        return MigratingStream(self, prompt, params, await self.admit(prompt, params))
+
+    async def admit(self, prompt: Sequence[int], params: SamplingParams) -> UpstreamStream:
+        """One admission: the replicas in the router's order, with fail-over."""
         check_prompt(prompt, self.info)
         reps = self._replicas
         order = self._router.order(prompt, [r.healthy for r in reps],
@@ -261,8 +274,7 @@ class UpstreamEngine:
                 log.warning("upstream %s answered %d: %r", r.url, status, data[:200])
                 raise _Failover(f"{r.name}: answered {status}")
             raise self.protocol_error(status, json_or_error(data), r.name)
-        stream = UpstreamStream(self, r, resp, self.decoder(r, prompt, params),
-                                prompt=prompt, params=params)
+        stream = UpstreamStream(self, r, resp, self.decoder(r, prompt, params))
         try:  # a replica that accepted the request but cannot serve it still fails over
             await stream.prime()
         except (ServiceUnavailableError, RateLimitError) as exc:

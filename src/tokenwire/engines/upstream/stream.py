@@ -13,13 +13,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
 from ...errors import ServiceUnavailableError
-from ..base import EngineEvent, FinishEvent, ReplicaLostError, SamplingParams, TokenEvent
+from ..base import EngineEvent, FinishEvent, ReplicaLostError, TokenEvent
 from .replica import Replica
 from .transport import MALFORMED, TRANSPORT_ERRORS, json_or_error
 
@@ -49,16 +48,10 @@ class UpstreamStream:
     cancels the request) and releases the replica."""
 
     def __init__(self, engine: UpstreamEngine, replica: Replica,
-                 response: aiohttp.ClientResponse, decoder: ChunkDecoder, *,
-                 prompt: Sequence[int], params: SamplingParams):
+                 response: aiohttp.ClientResponse, decoder: ChunkDecoder):
         self._vocab = engine.info.vocab_size
         self._engine = engine
         self._replica = replica
-        # what the sequence was opened with: a request migration (going on on another replica
-        # when this one dies mid-stream) would resubmit the prompt plus the ids passed on so
-        # far, with the same params
-        self._prompt = prompt
-        self._params = params
         self._response = response
         # a whole JSON body instead of events (vLLM before 0.20, or scoring, which vLLM only
         # returns unstreamed): one chunk with everything
@@ -108,8 +101,10 @@ class UpstreamStream:
                 line = await content.readline()
                 if not line or line.startswith(b"data: [DONE]"):
                     self._take(self._decoder.end())
-                    if not self._pending:
-                        raise ServiceUnavailableError(
+                    if not self._pending:  # cut off: as good as lost (migration.py)
+                        self._replica.down("it ended a stream before the output was finished")
+                        await self.aclose()
+                        raise ReplicaLostError(
                             f"upstream {name} ended the stream before the output was finished")
                     break
                 if not line.startswith(b"data:"):
@@ -121,9 +116,7 @@ class UpstreamStream:
                     raise self._engine.protocol_error(200, chunk, name)
                 self._take(self._decoder.feed(chunk))
         except TRANSPORT_ERRORS as exc:
-            # the replica is gone: here a request migration would go on on another one
-            # (through `self._engine`, from `self._prompt` plus the ids passed on so far); for
-            # now the caller hears of it
+            # the replica is gone: migration.py goes on on another one, if it can
             self._replica.down(f"the connection broke mid-stream: {exc!r}")
             await self.aclose()
             raise ReplicaLostError(

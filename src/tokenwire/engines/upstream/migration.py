@@ -1,0 +1,135 @@
+"""Request migration: a sequence whose replica is lost mid-response goes on on another one.
+
+The gateway holds every id it has passed on, so it can do what NVIDIA Dynamo's request migration
+does: submit prompt + the ids already sent to another healthy replica (the lost one is marked
+down, so admission skips it), with what is left of `max_tokens` and `min_tokens`, and pass on
+that continuation's events as if nothing had happened. The client sees one stream of exact ids:
+under greedy sampling the continuation is the same computation as the uninterrupted run (the
+sent ids are read as prompt, as they were read as context); under seeded sampling the
+continuation is seeded again, so it is a valid draw but not the uninterrupted run's draw.
+
+What cannot be continued gives up as before (the caller's `ReplicaLostError`, which a stream
+turns into its in-band 503):
+- a grammar-constrained sequence with ids already sent: the upstream's grammar (vLLM's xgrammar,
+  llama-server's GBNF) starts at the first output token and takes no state to start from;
+- presence or frequency penalties with ids already sent: the upstreams count them over the
+  output only, so the continuation would see a different distribution;
+- no healthy replica left, or `upstream_migrations` moves already made.
+A sequence lost before its first id is simply submitted again (nothing has reached anyone).
+
+The finish says so: `FinishEvent.migrations` names each move (the serving layer warns with
+`request_migrated`), the continuation's weight-version spans are shifted to the whole output's
+indexes, and its prefix-cache count is dropped (it is the continuation's, not the request's).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from ..base import (
+    EngineEvent,
+    EventStream,
+    FinishEvent,
+    ReplicaLostError,
+    SamplingParams,
+    TokenEvent,
+    WeightSpan,
+)
+
+if TYPE_CHECKING:
+    from .engine import UpstreamEngine
+
+__all__ = ["MigratingStream", "why_not_continued"]
+
+log = logging.getLogger(__name__)
+
+
+def why_not_continued(params: SamplingParams, n_sent: int) -> str | None:
+    """Why a sequence that has passed on `n_sent` ids cannot go on elsewhere (None: it can)."""
+    if n_sent == 0:
+        return None
+    if params.grammar is not None:
+        return "a constrained sequence cannot carry its grammar's state to another replica"
+    if params.presence_penalty or params.frequency_penalty:
+        return ("presence and frequency penalties count the output only: another replica "
+                "would see the ids sent so far as prompt")
+    return None
+
+
+class MigratingStream:
+    """An upstream sequence's events, moved to another replica when its own is lost."""
+
+    def __init__(self, engine: UpstreamEngine, prompt: Sequence[int], params: SamplingParams,
+                 inner: EventStream):
+        self._engine = engine
+        self._prompt = list(prompt)
+        self._params = params
+        self._inner = inner
+        self._sent: list[int] = []
+        self._moves: list[str] = []
+        self._offset = 0
+        """Output ids before the current replica's part (its spans start there)."""
+
+    def __aiter__(self) -> MigratingStream:
+        return self
+
+    async def __anext__(self) -> EngineEvent:
+        while True:
+            got: EngineEvent | None
+            try:
+                got = await self._inner.__anext__()
+            except ReplicaLostError as exc:
+                got = await self._move(exc)
+            if got is not None:
+                break
+        ev = got
+        if isinstance(ev, TokenEvent):
+            self._sent.append(ev.token_id)
+        elif isinstance(ev, FinishEvent) and self._moves:
+            ev = self._finished(ev)
+        return ev
+
+    async def _move(self, lost: ReplicaLostError) -> EngineEvent | None:
+        """Go on elsewhere (None: the next event comes from the new replica), finish here when
+        nothing is left to sample, or raise `lost` when the sequence cannot go on."""
+        why = why_not_continued(self._params, len(self._sent))
+        if why is None and len(self._moves) >= self._engine.settings.upstream_migrations:
+            why = f"it has moved {len(self._moves)} times already (upstream_migrations)"
+        if why is not None:
+            self._count("gave_up")
+            log.warning("not moving a lost sequence: %s", why)
+            raise lost
+        left = self._params.max_tokens - len(self._sent)
+        note = f"{lost} after {len(self._sent)} tokens; continued on another replica"
+        self._moves.append(note)
+        if left <= 0:  # every token was sent; only the finish was lost
+            self._count("moved")
+            return FinishEvent("length")
+        params = replace(self._params, max_tokens=left,
+                         min_tokens=max(0, self._params.min_tokens - len(self._sent)))
+        try:
+            self._inner = await self._engine.admit(self._prompt + self._sent, params)
+        except Exception:
+            self._count("gave_up")
+            raise lost from None
+        self._offset = len(self._sent)
+        self._count("moved")
+        log.warning("moved a sequence: %s", note)
+        return None
+
+    def _count(self, outcome: str) -> None:
+        if self._engine.on_migration is not None:
+            self._engine.on_migration(outcome)
+
+    def _finished(self, ev: FinishEvent) -> FinishEvent:
+        spans = None if ev.weight_versions is None else tuple(
+            WeightSpan(w.version, w.start + self._offset, w.end + self._offset)
+            for w in ev.weight_versions)
+        return replace(ev, weight_versions=spans, cached_tokens=None,
+                       migrations=tuple(self._moves))
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
