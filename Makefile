@@ -101,10 +101,16 @@ $(VLLM_INSTALLED):
 	$(VLLM)/bin/pip install --quiet gguf accelerate $(VLLM_PKGS)
 	touch $@
 
+# the weights by transformers; the tokenizer.json ours, as llama.cpp reads the GGUF (the script
+# says why)
 $(VLLM_MODEL_DIR)/config.json: $(VLLM_INSTALLED) $(INSTALLED)
-	$(VLLM)/bin/python scripts/hf-model-from-gguf.py \
-	    "$$($(BIN)/python -c 'from tokenwire.config import default_model_path as p; print(p())')" \
-	    $(VLLM_MODEL_DIR)
+	$(BIN)/python -c 'from tokenwire.config import default_model_path as p; print(p())' \
+	    > $(VLLM_MODEL_DIR).gguf-path
+	$(BIN)/python -c 'import sys; from tokenwire.tokenizers.gguf import tokenizer_from_gguf as t; \
+	    sys.stdout.buffer.write(t(open(sys.argv[1]).read().strip()).tokenizer.artifact)' \
+	    $(VLLM_MODEL_DIR).gguf-path > $(VLLM_MODEL_DIR).tokenizer.json
+	$(VLLM)/bin/python scripts/hf-model-from-gguf.py "$$(cat $(VLLM_MODEL_DIR).gguf-path)" \
+	    $(VLLM_MODEL_DIR) $(VLLM_MODEL_DIR).tokenizer.json
 
 $(POSTGRES_INSTALLED): | $(BIN)/python
 	if ! command -v pg_ctl >/dev/null && ! ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1; \
