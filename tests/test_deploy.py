@@ -119,3 +119,10 @@ def test_deploy_docs_show_real_flags() -> None:
         else:
             known = VLLM_FLAGS if words[0] == "vllm" else SGLANG_FLAGS
             assert flags(words) <= known, line
+
+
+def test_the_settings_table_lists_every_setting() -> None:
+    doc = (Path(__file__).parents[1] / "docs" / "deploy.md").read_text()
+    table = doc[doc.index("## Settings\n"):]
+    listed = {line.split("`")[1] for line in table.splitlines() if line.startswith("| `")}
+    assert listed == set(Settings.model_fields)

@@ -149,7 +149,7 @@ def _model(client: Client, args: argparse.Namespace) -> str:
 
 
 def _local(path: Path) -> HFTokenizer:
-    """A local tokenizer.json; its version reads `local@sha256:...` (its family is unknown)."""
+    """A local tokenizer.json; its version is the one a server gives the same tokenizer."""
     from .tokenizers.hf import HFTokenizer
 
     try:
@@ -157,7 +157,7 @@ def _local(path: Path) -> HFTokenizer:
     except OSError as exc:
         raise _UsageError(f"cannot read --artifact {str(path)!r}: {_reason(exc)}") from exc
     try:
-        return HFTokenizer(data, family="local")
+        return HFTokenizer(data)
     except Exception as exc:  # the tokenizers library's own error types
         raise _UsageError(f"--artifact {str(path)!r} is not a tokenizer.json: {exc}") from exc
 

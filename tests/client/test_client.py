@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from collections.abc import AsyncIterator
@@ -12,6 +13,7 @@ import pytest
 
 from tests.conftest import loop_gaps
 from tests.fakes import MODEL, FakeEngine
+from tests.tokenizers.spellings import DIGITS_THEN_BYTE_LEVEL, TRANSFORMERS_PRE, respell
 from tokenwire import (
     AsyncClient,
     Client,
@@ -22,7 +24,7 @@ from tokenwire import (
 )
 from tokenwire.errors import APIConnectionError, EngineError
 from tokenwire.protocol import ChatCompletion, Completion
-from tokenwire.tokenizers.hf import HFTokenizer
+from tokenwire.tokenizers.hf import HFTokenizer, canonical_json
 
 pytestmark = pytest.mark.anyio
 
@@ -172,6 +174,49 @@ async def test_the_published_text_encoding_is_applied(tok: HFTokenizer, tmp_path
     http = httpx.AsyncClient(transport=_serving(tok.artifact, entry), base_url="http://test/v1/")
     async with AsyncClient(http_client=http, cache_dir=tmp_path / "async") as sdk:
         assert (await sdk.tokenizer(tok.version)).encode(typed) == fetched.encode(typed)
+
+
+def test_the_artifact_is_verified_by_its_fingerprint(tok: HFTokenizer, tmp_path: Path) -> None:
+    """Another spelling of the version's tokenizer is its artifact (other bytes, the same ids);
+    another tokenizer is refused, even with its own sha256 published beside it."""
+    respelled = canonical_json(respell(json.loads(tok.artifact), DIGITS_THEN_BYTE_LEVEL))
+    converted = canonical_json(respell(json.loads(tok.artifact), TRANSFORMERS_PRE))
+
+    def client(artifact: bytes, cache: str) -> Client:
+        entry = _entry(tok) | {"sha256": hashlib.sha256(artifact).hexdigest()}
+        return Client(http_client=httpx.Client(transport=_serving(artifact, entry),
+                                               base_url="http://test/v1/"),
+                      cache_dir=tmp_path / cache)
+
+    local = client(respelled, "a").tokenizer(tok.version)
+    assert local.version == tok.version and local.artifact == respelled
+    assert client(respelled, "a").tokenizer(tok.version).version == tok.version  # from disk
+    with pytest.raises(TokenizerIntegrityError, match="not that version's"):
+        client(converted, "b").tokenizer(tok.version)
+    assert not list((tmp_path / "b").rglob("tokenizer.json"))
+
+
+async def test_an_old_id_loads_from_the_cache_or_through_the_server(sdk: AsyncClient,
+                                                                    tok: HFTokenizer,
+                                                                    tmp_path: Path) -> None:
+    """An id from before the fingerprint: a cache entry written then (by its artifact's
+    sha256) still loads, with no server; otherwise the server names the version it is now."""
+    old = "smollm2-49k@sha256:" + tok.sha256[:16]
+    cached = tmp_path / "old-cache" / old.replace("@sha256:", "-")
+    cached.mkdir(parents=True)
+    (cached / "tokenizer.json").write_bytes(tok.artifact)
+    (cached / "text_encoding.json").write_text(json.dumps(tok.text_encoding))
+
+    def offline(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("no server")
+
+    offline_client = Client(http_client=httpx.Client(transport=httpx.MockTransport(offline),
+                                                     base_url="http://x/v1/"),
+                            cache_dir=tmp_path / "old-cache")
+    assert offline_client.tokenizer(old).version == tok.version
+    fetched = await sdk.tokenizer(old)
+    assert fetched.version == tok.version and fetched.artifact == tok.artifact
+    assert await sdk.tokenizer(old) is fetched  # remembered
 
 
 def test_in_band_stream_errors_and_broken_connections(tmp_path: Path) -> None:

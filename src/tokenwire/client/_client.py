@@ -2,7 +2,8 @@
 
 Both ask for token ids by default (`response_format_tokens`, `return_token_ids`), fill in the
 model's `tokenizer_version` when a request sends ids without one (asking the server, never
-guessing), and tokenize locally with the exact artifact the server publishes, verified by hash.
+guessing), and tokenize locally with the exact artifact the server publishes, verified by its
+fingerprint and hash.
 """
 
 from __future__ import annotations
@@ -122,7 +123,10 @@ class Client(_Base):
     def tokenizer(self, version: str | None = None, *, model: str | None = None,
                   ) -> HFTokenizer:
         """The tokenizer of a version (or of a model), verified and cached on disk, for
-        encoding and decoding locally with exactly the server's ids."""
+        encoding and decoding locally with exactly the server's ids. An id issued before
+        the fingerprint is checked against its artifact's sha256 where the cache holds those
+        bytes; else the server names the version it is now, as it does for an alias, and the
+        bytes are checked against that (`TokenizerCache.verify`)."""
         if version is None:
             if model is None:
                 raise ValueError("name a tokenizer version or a model")
@@ -136,6 +140,10 @@ class Client(_Base):
             return cached
         if info is None:  # its entry says how the bytes encode text (`text_encoding`)
             info = self._parse(self._send("GET", f"tokenizers/{version}"), TokenizerInfo)
+            if info.id != version:  # an id from before the fingerprint: the server says which
+                tok = self.tokenizer(info.id)  # version it is now (as it does an alias's)
+                self._tokenizers.remember(version, tok)
+                return tok
         r = self._send("GET", f"tokenizers/{version}/tokenizer.json")
         return self._tokenizers.put(version, r.content, r.headers.get("x-tokenwire-sha256"),
                                     info.text_encoding)
@@ -275,6 +283,10 @@ class AsyncClient(_Base):
             return cached
         if info is None:
             info = self._parse(await self._send("GET", f"tokenizers/{version}"), TokenizerInfo)
+            if info.id != version:  # an id from before the fingerprint (see `Client`)
+                tok = await self.tokenizer(info.id)
+                self._tokenizers.remember(version, tok)
+                return tok
         r = await self._send("GET", f"tokenizers/{version}/tokenizer.json")
         return await asyncio.to_thread(self._tokenizers.put, version, r.content,
                                        r.headers.get("x-tokenwire-sha256"), info.text_encoding)

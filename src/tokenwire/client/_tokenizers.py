@@ -1,9 +1,12 @@
 """Tokenizer artifacts on the client's disk: fetched once per version, verified every load.
 
-A version id carries the first 16 hex digits of its artifact's sha256, so the client checks the
-bytes against the id it asked for, not only against what the server says. Beside the bytes lies
-the version's published `text_encoding` (the settings under which they encode text as the
-server does), applied at every load.
+A version id carries the first 16 hex digits of its tokenizer's fingerprint (what its ids mean:
+`tokenizers/fingerprint.py`), so the client checks the bytes against the id it asked for, not
+only against what the server says: it recomputes the fingerprint from them with the server's own
+code, and checks them against the sha256 the server published. An id issued before the
+fingerprint carried its artifact's sha256: bytes with that sha256 are its own (a cache entry
+written then). Beside the bytes lies the version's published `text_encoding` (the settings under
+which they encode text as the server does), applied at every load.
 """
 
 from __future__ import annotations
@@ -40,17 +43,28 @@ class TokenizerCache:
 
     def verify(self, version: str, data: bytes, declared: str | None = None,
                text_encoding: TextEncoding | None = None) -> HFTokenizer:
-        """The tokenizer of `data`, if its bytes are the version's; else TokenizerIntegrityError.
-        `text_encoding`: the version's published one (None: the server's defaults)."""
+        """The tokenizer of `data`, if it is the version's; else TokenizerIntegrityError.
+        `declared`: the sha256 the server published for the bytes; `text_encoding`: the
+        version's published one (None: the server's defaults)."""
         self.check_version(version)
         family, prefix = version.split("@sha256:")
         digest = hashlib.sha256(data).hexdigest()
-        if not digest.startswith(prefix) or (declared is not None and declared != digest):
+        if declared is not None and declared != digest:
             raise TokenizerIntegrityError(
-                f"the artifact for {version} hashes to {digest}, not to its version"
-                + (f" or to the declared {declared}" if declared else ""))
+                f"the artifact for {version} hashes to {digest}, not to the declared {declared}")
         settings = text_encoding.model_dump() if text_encoding is not None else {}
-        return HFTokenizer(data, family=family, **settings)
+        try:
+            tok = HFTokenizer(data, family=family, **settings)
+        except Exception as exc:  # not JSON, or not a tokenizer (the library's own errors)
+            raise TokenizerIntegrityError(
+                f"the artifact for {version} is not a tokenizer ({exc})") from exc
+        if tok.fingerprint.digest.startswith(prefix):
+            return tok
+        if digest.startswith(prefix):  # an id from before the fingerprint, of these bytes
+            return tok.labelled(None)
+        raise TokenizerIntegrityError(
+            f"the artifact for {version} is the tokenizer {tok.fingerprint.digest[:16]} "
+            f"(bytes {digest[:16]}), not that version's")
 
     def _path(self, version: str) -> Path:
         return self.directory / version.replace("@sha256:", "-") / "tokenizer.json"
@@ -69,6 +83,10 @@ class TokenizerCache:
                           TextEncoding.model_validate_json(encoding.read_bytes()))
         self._loaded[version] = tok
         return tok
+
+    def remember(self, version: str, tok: HFTokenizer) -> None:
+        """`version` (an id from before the fingerprint) names `tok` for this process."""
+        self._loaded[version] = tok
 
     def put(self, version: str, data: bytes, declared: str | None = None,
             text_encoding: TextEncoding | None = None) -> HFTokenizer:

@@ -132,7 +132,8 @@ class TokenizerInfo(ResponseModel):
     special_tokens: list[SpecialToken]
     """Control tokens (chat markers, BOS/EOS): never produced by encoding text."""
     sha256: str
-    """Of the artifact at `artifact_url`; its first 16 hex digits are in the id."""
+    """Of the artifact at `artifact_url` (names these bytes; the id's hash is the tokenizer's
+    fingerprint, the same for every artifact that encodes and decodes alike)."""
     artifact_url: str
     text_encoding: TextEncoding
     """The settings under which the artifact encodes text exactly as the server does."""

@@ -47,8 +47,9 @@ class SearchIndexes:
     """One BM25 index per (owner, version), rebuilt when that owner's documents of that
     version are not the ones it was built from. The documents are listed from the store on
     each search, so what another gateway stored in a shared database is found too (the cost:
-    one read of the owner's documents per search). The most recently used `keep` indexes are
-    kept in memory."""
+    one read of the owner's documents per search, per id the version has had: its legacy ids
+    name documents stored by releases before the fingerprint). The most recently used `keep`
+    indexes are kept in memory."""
 
     def __init__(self, store: Store, keep: int = 64):
         self._store = store
@@ -56,11 +57,14 @@ class SearchIndexes:
         self._built: OrderedDict[tuple[str, str], tuple[frozenset[str], IdIndex]] = \
             OrderedDict()
 
-    async def search(self, owner: str, version: str, ids: list[int], limit: int, *,
+    async def search(self, owner: str, entry: TokenizerEntry, ids: list[int], limit: int, *,
                      ignore: frozenset[int]) -> list[tuple[str, float]]:
-        docs = await self._store.documents(owner, version)
+        # documents stored under an id the version had before the fingerprint are its too
+        docs = [d for v in (entry.version, *sorted(entry.legacy))
+                for d in await self._store.documents(owner, v)]
+        docs.sort(key=lambda d: d.created)  # oldest first, as one version's come
         have = frozenset(d.id for d in docs)
-        key = (owner, version)
+        key = (owner, entry.version)
         built = self._built.get(key)
         if built is None or built[0] != have:
             built = (have, await asyncio.to_thread(_index, docs, ignore))
@@ -156,7 +160,7 @@ class DocumentService:
             entry = self._version(req.tokenizer_version)
             with conversion_reason("search"):
                 ids = await asyncio.to_thread(entry.tokenizer.encode, req.query)
-        hits = await self._indexes.search(caller.owner, entry.version, ids, req.limit,
+        hits = await self._indexes.search(caller.owner, entry, ids, req.limit,
                                           ignore=entry.tokenizer.special_ids)
         return DocumentSearchResults(
             data=[DocumentSearchHit(document_id=d, score=s) for d, s in hits],
@@ -196,7 +200,8 @@ class DocumentService:
                 raise DocumentNotFoundError(f"no document {block.document_id!r}",
                                             param=f"{param}.document_id")
             ids = doc.token_ids
-            if doc.tokenizer_version != target:
+            # (a document stored under an id of `target` from before the fingerprint is in it)
+            if self._tokenizers.resolve(doc.tokenizer_version).version != target:
                 src = self._tokenizers.resolve(doc.tokenizer_version).tokenizer
                 dst = self._tokenizers.resolve(target).tokenizer
                 with conversion_reason("translate"):

@@ -49,9 +49,11 @@ async def load_model(settings: Settings, tokenizers: TokenizerRegistry) -> Serve
     path = settings.tokenizer_path()
     source = await asyncio.to_thread(load_tokenizer, path)
     tok = source.tokenizer
+    # (the id an earlier release gave it stays addressable: data stored then names it)
     entry = tokenizers.register(tok, aliases=[tok.family], chat_template=source.chat_template,
                                 bos_id=source.bos_id, eos_id=source.eos_id,
-                                add_bos=source.add_bos)
+                                add_bos=source.add_bos,
+                                legacy=[source.legacy_version] if source.legacy_version else [])
     stored = entry.tokenizer
     # the store had this version: one copy (~40 MB), not two (the engines take the concrete
     # tokenizer, whose pre-tokenizer they read; the store holds only those)

@@ -1,6 +1,8 @@
-"""Tokenizer versions: the protocol, the registry, sources (GGUF, Hugging Face), probes."""
+"""Tokenizer versions: the protocol, fingerprints, the registry, sources (GGUF, Hugging Face),
+probes."""
 
-from .base import VERSION_RE, Tokenizer, make_version
+from .base import VERSION_RE, Tokenizer, make_version, version_hash
+from .fingerprint import Fingerprint
 from .gguf import UnsupportedTokenizerError, tokenizer_from_gguf
 from .hf import HFTokenizer
 from .probe import PROBE_CORPUS, TokenizerParityError
@@ -9,6 +11,7 @@ from .source import TokenizerSource, TokenizerSourceError, load_hf_dir, load_tok
 
 __all__ = [
     "VERSION_RE",
+    "Fingerprint",
     "HFTokenizer",
     "PROBE_CORPUS",
     "Tokenizer",
@@ -22,4 +25,5 @@ __all__ = [
     "load_tokenizer",
     "make_version",
     "tokenizer_from_gguf",
+    "version_hash",
 ]

@@ -6,14 +6,21 @@ import re
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
-__all__ = ["VERSION_RE", "Tokenizer", "make_version"]
+__all__ = ["VERSION_RE", "Tokenizer", "make_version", "version_hash"]
 
-#: `<family>@sha256:<first 16 hex of the artifact's sha256>`
+#: `<family>@sha256:<first 16 hex of the tokenizer's fingerprint>` (`fingerprint.py`); ids an
+#: earlier release issued have the same shape, with the hash of their artifact's bytes
 VERSION_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*@sha256:[0-9a-f]{16}$")
 
 
 def make_version(family: str, sha256_hex: str) -> str:
     return f"{family}@sha256:{sha256_hex[:16]}"
+
+
+def version_hash(version: str) -> str | None:
+    """The 16 hex digits of a full version id (what identifies it; the family is a label),
+    None for anything else (an alias)."""
+    return version.rpartition("@sha256:")[2] if VERSION_RE.match(version) else None
 
 
 @runtime_checkable
@@ -22,7 +29,8 @@ class Tokenizer(Protocol):
 
     @property
     def version(self) -> str:
-        """The content-addressed id, e.g. `smollm2-49k@sha256:3f2a...`."""
+        """The id, e.g. `smollm2-49k@sha256:cb25111eba2751ff`: the same for every artifact
+        of one tokenizer (from a GGUF or a Hugging Face directory), another for any other."""
         ...
 
     @property
@@ -30,13 +38,14 @@ class Tokenizer(Protocol):
 
     @property
     def artifact(self) -> bytes:
-        """The bytes the version is the hash of (tokenizer.json): what is stored and published,
-        so a client that loads them gets exactly the server's ids."""
+        """The tokenizer.json this version is served from: what is stored and published, so a
+        client that loads it gets exactly the server's ids."""
         ...
 
     @property
     def sha256(self) -> str:
-        """The full sha256 (hex) of `artifact`; the version carries its first 16 digits."""
+        """The full sha256 (hex) of `artifact` (names the bytes; versions before the
+        fingerprint carried its first 16 digits, and still resolve by them)."""
         ...
 
     @property

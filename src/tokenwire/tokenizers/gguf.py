@@ -16,9 +16,10 @@ from typing import Any
 
 from ..errors import UnsupportedTokenizerError
 from ._gguf import read_metadata
+from .base import make_version
 from .chat_templates import fallback_template
 from .hf import HFTokenizer, canonical_json
-from .source import TokenizerSource, family_name
+from .source import TokenizerSource, legacy_family
 
 __all__ = ["UnsupportedTokenizerError", "tokenizer_from_gguf"]
 
@@ -45,11 +46,6 @@ _BPE_PRE: dict[str, list[str]] = {
     "refact": [r"\p{N}", _GPT2_REGEX],
     "gpt-2": [_GPT2_REGEX],
 }
-
-
-def _family(meta: dict[str, Any], vocab_size: int) -> str:
-    base = meta.get("general.basename") or meta.get("general.name") or meta["tokenizer.ggml.pre"]
-    return family_name(str(base), vocab_size)
 
 
 def _added_tokens(tokens: list[str], types: list[int]) -> list[dict[str, Any]]:
@@ -173,9 +169,10 @@ def tokenizer_from_gguf(path: str | Path) -> TokenizerSource:
     if builder is None:
         raise UnsupportedTokenizerError(f"tokenizer model {kind!r} is not supported yet")
     spec = builder(meta)
-    n_vocab = len(meta["tokenizer.ggml.tokens"])
     arch = meta.get("general.architecture")
-    tok = HFTokenizer(canonical_json(spec), family=_family(meta, n_vocab))
+    tok = HFTokenizer(canonical_json(spec))  # its family: from its content, as a directory's
+    base = meta.get("general.basename") or meta.get("general.name") or meta["tokenizer.ggml.pre"]
+    n_vocab = len(meta["tokenizer.ggml.tokens"])
     return TokenizerSource(
         tokenizer=tok,
         chat_template=meta.get("tokenizer.chat_template") or fallback_template(arch),
@@ -184,4 +181,5 @@ def tokenizer_from_gguf(path: str | Path) -> TokenizerSource:
         add_bos=bool(meta.get("tokenizer.ggml.add_bos_token", False)),
         context_length=meta.get(f"{arch}.context_length") if arch else None,
         name=meta.get("general.name"),
+        legacy_version=make_version(legacy_family(str(base), n_vocab), tok.sha256),
     )

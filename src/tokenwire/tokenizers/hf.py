@@ -12,6 +12,7 @@ the library's defaults, which parse control-token strings.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import re
@@ -23,6 +24,7 @@ from tokenizers import Tokenizer as _HFTokenizer
 
 from .base import make_version
 from .conversions import record
+from .fingerprint import Fingerprint, family_of, fingerprint
 
 __all__ = ["HFTokenizer", "canonical_json"]
 
@@ -71,18 +73,21 @@ _LONG_TEXT = 4096
 class HFTokenizer:
     """Implements `Tokenizer` over the bytes of a tokenizer.json."""
 
-    def __init__(self, artifact: bytes, *, family: str, encode_special_tokens: bool = True,
-                 add_special_tokens: bool = False):
-        """`encode_special_tokens`, `add_special_tokens`: the text mode (`text_encoding`); the
-        defaults are the server's, a client applies what the server publishes."""
+    fingerprint: Fingerprint
+    """What the version hashes (`fingerprint.py`): the same for every artifact of one tokenizer."""
+
+    def __init__(self, artifact: bytes, *, family: str | None = None,
+                 encode_special_tokens: bool = True, add_special_tokens: bool = False):
+        """`family`: the readable half of the version; None (the servers' way) names it from
+        the content (`fingerprint.family_of`), never from a file or folder name.
+        `encode_special_tokens`, `add_special_tokens`: the text mode (`text_encoding`); the
+        defaults are the server's, a client applies what the server publishes. Neither
+        changes the version."""
         self.artifact = artifact
         self.sha256 = hashlib.sha256(artifact).hexdigest()
-        self._family = family
-        self._version = make_version(family, self.sha256)
         spec = json.loads(artifact)
         # two instances: one keeps control-token strings as text, one parses them (templates)
         self._plain = _HFTokenizer.from_str(artifact.decode())
-        self._plain.encode_special_tokens = encode_special_tokens
         self._add_special = add_special_tokens
         self._special = _HFTokenizer.from_str(artifact.decode())
         vocab: dict[str, int] = spec["model"]["vocab"]
@@ -103,10 +108,24 @@ class HFTokenizer:
         self._bytes = table
         self._special_ids = frozenset(i for i, t in added.items() if t.get("special"))
         self._special_by_text = {added[i]["content"]: i for i in self._special_ids}
+        self._plain.encode_special_tokens = True  # the fingerprint's plain mode, whatever ours
+        self.fingerprint = fingerprint(spec, table, plain=self._plain, parsing=self._special)
+        self._plain.encode_special_tokens = encode_special_tokens
+        self._model_type = str(spec["model"]["type"])
+        self._family = family or family_of(self.fingerprint, self._model_type, size)
+        self._version = make_version(self._family, self.fingerprint.digest)
 
     @property
     def version(self) -> str:
         return self._version
+
+    def labelled(self, family: str | None) -> HFTokenizer:
+        """This tokenizer under another family (None: named from its content), sharing all
+        else: the family is a label, not part of what the version identifies."""
+        twin = copy.copy(self)
+        twin._family = family or family_of(self.fingerprint, self._model_type, self.vocab_size)
+        twin._version = make_version(twin._family, self.fingerprint.digest)
+        return twin
 
     @property
     def family(self) -> str:

@@ -1,7 +1,7 @@
 """Where a pinned tokenizer comes from: a GGUF file, or a Hugging Face tokenizer directory.
 
 A model served by an upstream (vLLM, SGLang, ...) is described by the files it was served from:
-`tokenizer.json` (the id <-> bytes mapping, which becomes the content-addressed version),
+`tokenizer.json` (the id <-> bytes mapping, whose fingerprint is the version),
 `tokenizer_config.json` (its chat template, BOS/EOS) or `chat_template.jinja`, and
 `generation_config.json` (the end-of-generation ids the upstream stops on, as vLLM reads them).
 """
@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import TokenizerSourceError
+from .base import make_version
 from .hf import HFTokenizer, canonical_json
 
 __all__ = ["TokenizerSource", "TokenizerSourceError", "load_hf_dir", "load_tokenizer"]
@@ -34,10 +35,15 @@ class TokenizerSource:
     eog_ids: frozenset[int] | None = None
     """Ids that end generation, where the files say (generation_config.json); None for a GGUF,
     whose set is llama.cpp's to compute (the loader asks it)."""
+    legacy_version: str | None = None
+    """The id releases before the fingerprint gave this tokenizer: its family from the GGUF's
+    `general.basename` or the folder's name, its hash the artifact's sha256. It still resolves,
+    and is what data stored then names."""
 
 
-def family_name(base: str, vocab_size: int) -> str:
-    """`smollm2` + 49152 -> `smollm2-49k`: a family, the readable half of a version id."""
+def legacy_family(base: str, vocab_size: int) -> str:
+    """A family as releases before the fingerprint named it from a name: `SmolLM2` + 49152 ->
+    `smollm2-49k` (only `legacy_version` uses it now)."""
     slug = re.sub(r"[^a-z0-9._-]+", "-", base.lower()).strip("-") or "tokenizer"
     return f"{slug}-{round(vocab_size / 1000)}k"
 
@@ -113,10 +119,11 @@ def load_hf_dir(d: Path, *, tokenizer_json: Path | None = None) -> TokenizerSour
     config = _read_json(d / "tokenizer_config.json")
     generation = _read_json(d / "generation_config.json")
     model_config = _read_json(d / "config.json")
-    vocab = spec.get("model", {}).get("vocab", {})
-    n_vocab = len(vocab) + len(spec.get("added_tokens", []))
+    # the version (family included) comes from the tokenizer alone, never from the folder's
+    # name: the same tokenizer as a GGUF's has the GGUF's version
+    tok = HFTokenizer(canonical_json(spec))
+    n_vocab = len(spec.get("model", {}).get("vocab", {})) + len(spec.get("added_tokens", []))
     base = d.name if tokenizer_json is None else art_path.stem
-    tok = HFTokenizer(canonical_json(spec), family=family_name(base, n_vocab))
 
     def token_id(key: str) -> int | None:
         text = _token_text(config.get(key))
@@ -141,4 +148,5 @@ def load_hf_dir(d: Path, *, tokenizer_json: Path | None = None) -> TokenizerSour
         context_length=context if isinstance(context, int) else None,
         name=d.name,
         eog_ids=frozenset(eog),
+        legacy_version=make_version(legacy_family(base, n_vocab), tok.sha256),
     )
