@@ -11,7 +11,7 @@ import jsonschema
 import openai
 import pytest
 
-from tests.conftest import LiveServer
+from tests.conftest import TEST_UPSTREAM, LiveServer
 
 pytestmark = pytest.mark.engine
 
@@ -167,6 +167,9 @@ def test_json_object_is_a_json_object(client: openai.OpenAI) -> None:
                                           messages=messages)  # type: ignore[arg-type]
     with pytest.raises(json.JSONDecodeError):
         json.loads(free.choices[0].message.content or "")
+    if TEST_UPSTREAM == "vllm":  # bf16 SmolLM2 loops inside the string for "Say hello." until
+        # max_tokens, as vLLM's own response_format does for it (checked): another greeting
+        messages = [{"role": "user", "content": "Give a greeting as JSON."}]
     r = client.chat.completions.create(model=MODEL, temperature=0, max_tokens=300,
                                        messages=messages,  # type: ignore[arg-type]
                                        response_format={"type": "json_object"})

@@ -15,7 +15,7 @@ import openai
 import pytest
 from tokenizers import Tokenizer as RawHFTokenizer
 
-from tests.conftest import LiveServer
+from tests.conftest import TEST_UPSTREAM, LiveServer
 from tokenwire import Client
 from tokenwire.tokenizers.hf import HFTokenizer
 
@@ -53,7 +53,9 @@ def test_every_prompt_form_with_the_openai_client(oai: openai.OpenAI, tok: HFTok
                          tokenizer_version=tok.version)
     assert [c.index for c in batch_ids.choices] == [0, 1]
     assert [c.text for c in batch_ids.choices] == [c.text for c in batch_text.choices]
-    assert batch_text.choices[0].text == as_text.choices[0].text
+    if TEST_UPSTREAM != "vllm":  # vLLM (bf16 on the CPU) is not batch invariant: a prompt
+        # batched with another may take another greedy path (docs/engines.md, "Exactness")
+        assert batch_text.choices[0].text == as_text.choices[0].text
 
 
 def test_token_ids_and_streaming(oai: openai.OpenAI, tok: HFTokenizer) -> None:
@@ -89,7 +91,9 @@ def test_echo_logprobs_score_what_was_sampled(oai: openai.OpenAI, tok: HFTokeniz
     assert scored.choices[0].text == tok.decode(prompt + sampled)
     assert slp.token_logprobs[0] is None
     assert slp.token_ids == prompt + sampled  # type: ignore[attr-defined]
-    assert slp.token_logprobs[len(prompt):] == pytest.approx(lp.token_logprobs, abs=2e-2)
+    # vLLM's bf16 prefill (scoring) and decode (sampling) round differently: measured up to 0.09
+    tolerance = 0.15 if TEST_UPSTREAM == "vllm" else 2e-2
+    assert slp.token_logprobs[len(prompt):] == pytest.approx(lp.token_logprobs, abs=tolerance)
 
 
 def test_tokenize_messages_equals_chat_prompt(oai: openai.OpenAI, sdk: Client,

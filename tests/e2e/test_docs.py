@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import LiveServer
+from tests.conftest import TEST_UPSTREAM, LiveServer
 
 pytestmark = pytest.mark.engine
 
@@ -64,8 +64,12 @@ def matches(expected: Any, actual: Any, where: str = "$") -> None:
     elif isinstance(expected, float):
         # llama.cpp's numbers depend on how a prompt reached the KV cache (cut into ubatches,
         # or partly served by the prefix cache): the last digits of a logprob move, by up to
-        # ~0.05 here on a short prompt (docs/engines.md, "Exactness")
-        assert isinstance(actual, int | float) and math.isclose(expected, actual, abs_tol=0.1), \
+        # ~0.05 here on a short prompt (docs/engines.md, "Exactness"); through real vLLM the
+        # weights are bf16 dequantized from the Q4_1 the examples were written with: measured
+        # 0.26 apart on a scored prompt
+        tolerance = 1.0 if TEST_UPSTREAM == "vllm" else 0.1
+        assert isinstance(actual, int | float) and math.isclose(expected, actual,
+                                                                abs_tol=tolerance), \
             f"{where}: {actual} != {expected}"
     else:
         assert expected == actual, f"{where}: {actual!r} != {expected!r}"

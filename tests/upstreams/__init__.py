@@ -4,6 +4,7 @@ and the SGLang-protocol process (sglang_shim)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -18,7 +19,7 @@ import pytest
 
 from tokenwire.config import default_model_path
 
-__all__ = ["Upstream", "free_port", "hf_tokenizer_dir", "llama_server", "sglang_shim",
+__all__ = ["VLLM_BLOCK", "Upstream", "free_port", "hf_tokenizer_dir", "llama_server", "sglang_shim",
            "tokenwire_upstream", "vllm_model_dir", "vllm_server"]
 
 
@@ -47,8 +48,11 @@ class Upstream:
 
     def start(self, timeout: float | None = None) -> Upstream:
         with self.log.open("ab") as log:
+            # a process group of its own: vLLM runs its engine core and worker as child
+            # processes, which outlive a SIGKILL of the API server alone (3 GB each, seen)
             self.proc = subprocess.Popen(self.cmd, env={**os.environ, **self.env},
-                                         stdout=log, stderr=subprocess.STDOUT)
+                                         stdout=log, stderr=subprocess.STDOUT,
+                                         start_new_session=True)
         deadline = time.monotonic() + (timeout or self.start_timeout)
         while True:
             try:
@@ -62,20 +66,29 @@ class Upstream:
                 raise RuntimeError(f"{self.name} did not start:\n{tail}")
             time.sleep(0.2)
 
+    def _signal_group(self, sig: signal.Signals) -> None:
+        if self.proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, sig)
+
     def kill(self) -> None:
-        """SIGKILL: a crash, not a shutdown."""
+        """SIGKILL to the server and its child processes: a crash (a lost machine), not a
+        shutdown."""
         if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
+            self._signal_group(signal.SIGKILL)
             self.proc.wait(timeout=30)
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
             self.proc.terminate()
             try:
                 self.proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        self._signal_group(signal.SIGKILL)  # what a shutdown left behind
 
 
 def tokenwire_upstream(tmp: Path, *, port: int | None = None, n_parallel: int = 4,
@@ -130,6 +143,8 @@ def vllm_model_dir() -> Path:
 
 
 VLLM_MODEL_NAME = "SmolLM2-135M-Instruct"
+VLLM_BLOCK = 32
+"""vLLM's KV block: its prefix cache serves whole blocks only."""
 
 
 def vllm_server(tmp: Path, *, port: int | None = None, max_model_len: int = 8192,
@@ -144,6 +159,9 @@ def vllm_server(tmp: Path, *, port: int | None = None, max_model_len: int = 8192
                  "--model", str(vllm_model_dir()), "--served-model-name", VLLM_MODEL_NAME,
                  "--host", "127.0.0.1", "--port", str(port), "--enable-scale-out",
                  "--enforce-eager", "--enable-prompt-tokens-details",
+                 # the prefix cache reuses whole blocks: the CPU default (128) would hold none
+                 # of the tests' short prompts
+                 "--block-size", str(VLLM_BLOCK),
                  "--max-model-len", str(max_model_len), "--uvicorn-log-level", "warning"],
         port, tmp / f"vllm-{port}.log",
         env={"VLLM_CPU_KVCACHE_SPACE": "2", "VLLM_SERVER_DEV_MODE": "1",
