@@ -206,12 +206,10 @@ class VllmEngine(UpstreamEngine):
         if g is not None:
             # StructuredOutputsParams: `grammar` (xgrammar reads a text holding "::=" as GBNF),
             # a lazy one as `structural_tag`
-            # (a schema goes as itself: xgrammar compiles it, and reads no empty alternative;
-            # without any-whitespace, as llama.cpp's JSON grammar bounds it: a small model given
-            # xgrammar's any-whitespace fills max_tokens with blank lines, seen on SmolLM2)
+            # (a schema goes as itself: xgrammar compiles it, and reads no empty alternative)
             sampling["structured_outputs"] = {"structural_tag": structural_tag(g)} if g.lazy \
-                else {"json": json.loads(g.json_schema), "disable_any_whitespace": True} \
-                if g.json_schema is not None else {"grammar": g.gbnf}
+                else {"json": json.loads(g.json_schema)} if g.json_schema is not None \
+                else {"grammar": g.gbnf}
         stream = params.prompt_logprobs is None
         if replica.info.mode == GENERATE:
             body: dict[str, Any] = {"token_ids": list(prompt),
