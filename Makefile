@@ -96,9 +96,8 @@ $(STRANDS_INSTALLED): tests/clients/strands-requirements.txt
 $(VLLM_INSTALLED):
 	$(PYTHON) -m venv $(VLLM)
 	$(VLLM)/bin/pip install --quiet --upgrade pip
-	$(VLLM)/bin/pip install --quiet $(VLLM_PKGS)
-	$(VLLM)/bin/pip uninstall --quiet -y torchvision torchaudio torchcodec
-	$(VLLM)/bin/pip install --quiet gguf accelerate $(VLLM_PKGS)
+	$(VLLM)/bin/pip install --quiet $(VLLM_PKGS) gguf accelerate
+	$(VLLM)/bin/pip uninstall --quiet -y torchvision torchaudio torchcodec  # last: see above
 	touch $@
 
 # the weights by transformers; the tokenizer.json ours, as llama.cpp reads the GGUF (the script

@@ -26,7 +26,9 @@ def main(gguf: Path, out: Path, tokenizer_json: Path | None = None) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    if (out / "config.json").is_file():
+    if (out / "config.json").is_file():  # made before: only the tokenizer is brought up to date
+        if tokenizer_json is not None:
+            shutil.copyfile(tokenizer_json, out / "tokenizer.json")
         return
     tmp = out.with_name(out.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
