@@ -82,10 +82,15 @@ class Transport:
     async def send(self, method: str, url: str, **kw: Any) -> aiohttp.ClientResponse:
         """A request; sent once more on a fresh connection when the pooled one it went out on
         turns out closed before any answer (a server's keep-alive timeout racing our reuse:
-        llama-server drops idle connections after 5 s), which is not the replica failing."""
+        llama-server drops idle connections after 5 s), which is not the replica failing. The
+        race shows as a disconnect before the answer, or as a write that fails ("Can not write
+        request body": seen in CI, where it marked the only replica down); a connection that
+        cannot be made at all is the replica's failure, not retried."""
         try:
             return await self.session.request(method, url, **kw)
-        except aiohttp.ServerDisconnectedError:
+        except aiohttp.ClientConnectorError:
+            raise
+        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
             return await self.session.request(method, url, **kw)
 
     async def call(self, replica: Replica, method: str, path: str, body: Any = None,
