@@ -4,7 +4,6 @@ tokenizer version whatever the tokenizer was loaded from, and replicas that die 
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import threading
@@ -15,7 +14,15 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.test_gateway import MODEL, chat, gateway, home_of, replicas, wait_for
+from tests.e2e.test_gateway import (
+    MODEL,
+    chat,
+    gateway,
+    home_of,
+    replicas,
+    stream_ids,
+    wait_for,
+)
 from tests.upstreams import Upstream, vllm_model_dir, vllm_server
 from tokenwire.tokenizers.hf import HFTokenizer
 
@@ -52,25 +59,6 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Upstream]]:
     yield ups
     for u in ups:
         u.stop()
-
-
-def stream_chat(http: httpx.Client, text: str, on_chunk: Any = None,
-                **kw: Any) -> list[dict[str, Any]]:
-    body = {"model": MODEL, "stream": True, "temperature": 0, "return_token_ids": True,
-            "messages": [{"role": "user", "content": text}], **kw}
-    chunks: list[dict[str, Any]] = []
-    with http.stream("POST", "/v1/chat/completions", json=body) as resp:
-        for line in resp.iter_lines():
-            if line.startswith("data: {"):
-                chunks.append(json.loads(line[6:]))
-                if on_chunk is not None:
-                    on_chunk(len(chunks))
-    return chunks
-
-
-def streamed_ids(chunks: list[dict[str, Any]]) -> list[int]:
-    return [t for c in chunks for ch in c.get("choices", [])
-            for t in ch["delta"].get("token_ids") or []]
 
 
 def moved_after(warnings: list[dict[str, Any]]) -> int:
@@ -128,9 +116,9 @@ def test_what_vllm_itself_returns_for_the_same_ids(pair: list[Upstream], tmp_pat
             assert mine["token_ids"] + stop == them["token_ids"], text
             assert mine["message"]["content"] == them["message"]["content"]
             # streamed: the same ids, and vLLM's prefix cache is reported on the way
-            chunks = stream_chat(http, text, max_tokens=48,
-                                 stream_options={"include_usage": True})
-            assert streamed_ids(chunks) == mine["token_ids"]
+            ids, chunks = stream_ids(http, text, max_tokens=48,
+                                     stream_options={"include_usage": True})
+            assert ids == mine["token_ids"]
             usage = chunks[-1]["usage"]
             assert usage["prompt_tokens_details"]["cached_tokens"] > 0  # the same prompt again
         # vLLM 0.32's generate: weight versions are passed on
@@ -221,14 +209,14 @@ def test_a_stream_survives_the_loss_of_its_replica(pair: list[Upstream],
             if n == 30:
                 pair[0].kill()  # mid-stream, SIGKILL
 
-        chunks = stream_chat(http, texts[0], on_chunk=kill_after, max_tokens=120,
+        ids, chunks = stream_ids(http, texts[0], kill_after, max_tokens=120,
                              ignore_eos=True, stream_options={"include_usage": True})
         assert not any("error" in c for c in chunks), chunks[-3:]
         finish = [ch for c in chunks for ch in c.get("choices", []) if ch["finish_reason"]]
         assert [ch["finish_reason"] for ch in finish] == ["length"]
         warned = [w for c in chunks for w in c.get("warnings") or []]
         assert [w["code"] for w in warned] == ["request_migrated"], warned
-        assert_one_greedy_run(streamed_ids(chunks), ref["token_ids"], whole["prompt_token_ids"],
+        assert_one_greedy_run(ids, ref["token_ids"], whole["prompt_token_ids"],
                               moved_after(warned), pair[1])
         assert chunks[-1]["usage"]["completion_tokens"] == 120
         metrics = http.get("/metrics").text
