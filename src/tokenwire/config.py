@@ -236,6 +236,13 @@ class Settings(BaseSettings):
         default_factory=list, description="Keys accepted as `Authorization: Bearer <key>`; "
         "comma-separated in the environment. Empty: no key needed (fine on loopback only)."
     )
+    admin_keys: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="Keys that may call the control plane (pause, "
+        "resume, weight versions and updates, cache reset, sleep: vLLM's RL endpoints), and "
+        "everything else (setting them makes the server keyed); comma-separated in the "
+        "environment. None on a keyless server: the control plane answers loopback clients "
+        "only."
+    )
     allow_special_token_ids: bool = Field(
         False, description="Let client ids carry control tokens (chat markers, BOS/EOS) in chat "
         "messages."
@@ -332,7 +339,7 @@ class Settings(BaseSettings):
                 raise ValueError(f"model {spec.model!r}: n_batch must be at least n_parallel")
         return self
 
-    @field_validator("api_keys", "upstream", "raw_prompt_keys", mode="before")
+    @field_validator("api_keys", "admin_keys", "upstream", "raw_prompt_keys", mode="before")
     @classmethod
     def _split_keys(cls, v: object) -> object:
         if isinstance(v, str):
@@ -372,6 +379,13 @@ class Settings(BaseSettings):
         if self.storage is None:
             return str(self.tokenizer_store.parent / "store.sqlite3")
         return None if self.storage.strip().lower() == "none" else self.storage
+
+    def control_allowed(self, api_key: str | None, client_host: str | None) -> bool:
+        """May a caller (its key, its address) use the control plane? An admin key may; on a
+        server with no keys at all, a loopback client may (as raw prompts are)."""
+        if api_key is not None and api_key in self.admin_keys:
+            return True
+        return not self.api_keys and not self.admin_keys and client_host in LOOPBACK_HOSTS
 
     def raw_prompts_allowed(self, api_key: str | None) -> bool:
         """May a request made with `api_key` send raw prompts that carry control ids?"""

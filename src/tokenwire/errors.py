@@ -19,6 +19,7 @@ serving as configured (`SetupError`) are in the same tree, told to the operator,
     │   ├── UnsupportedParameterError        unsupported_parameter
     │   └── DuplicateIdError                 duplicate_id
     ├── AuthenticationError (401)            invalid_api_key
+    ├── PermissionDeniedError (403)          admin_key_required
     ├── NotFoundError (404)
     │   ├── ModelNotFoundError               model_not_found
     │   ├── TokenizerNotFoundError           tokenizer_not_found
@@ -31,6 +32,7 @@ serving as configured (`SetupError`) are in the same tree, told to the operator,
     ├── StorageError (503)                   storage_unavailable
     ├── ServiceUnavailableError (503)        engine_unavailable
     │   └── ReplicaLostError                 (engines.base) a replica went away mid-response
+    ├── ReplicaControlError (502)            replica_failed: a control call failed on a replica
     ├── SetupError (the server cannot serve as configured: told at start, never sent)
     │   ├── EngineStartError                 no upstream answered, or not the model configured
     │   ├── TokenizerParityError             the pinned tokenizer disagrees with the engine's
@@ -67,7 +69,9 @@ __all__ = [
     "ModelSourceError",
     "NonCanonicalTokensError",
     "NotFoundError",
+    "PermissionDeniedError",
     "RateLimitError",
+    "ReplicaControlError",
     "RequestTooLargeError",
     "ServiceUnavailableError",
     "SetupError",
@@ -173,6 +177,14 @@ class AuthenticationError(TokenwireError):
         self.headers["WWW-Authenticate"] = "Bearer"
 
 
+class PermissionDeniedError(TokenwireError):
+    """The caller is known but may not do this (the control plane wants an admin key)."""
+
+    status_code = 403
+    error_type = "permission_error"
+    default_code = "admin_key_required"
+
+
 class NotFoundError(TokenwireError):
     status_code = 404
     error_type = "invalid_request_error"
@@ -237,6 +249,23 @@ class StorageError(TokenwireError):
     status_code = 503
     error_type = "server_error"
     default_code = "storage_unavailable"
+
+
+class ReplicaControlError(TokenwireError):
+    """A control-plane call (pause, weights, cache) failed on some replica: the body says
+    which replica and what it answered (`replicas`), beside the error; the others did it."""
+
+    status_code = 502
+    error_type = "server_error"
+    default_code = "replica_failed"
+
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None,
+                 replicas: list[dict[str, Any]] | None = None):
+        super().__init__(message, param=param, code=code)
+        self.replicas = replicas or []
+
+    def to_body(self) -> dict[str, Any]:
+        return {**super().to_body(), "replicas": self.replicas}
 
 
 class ServiceUnavailableError(TokenwireError):
@@ -313,10 +342,12 @@ KNOWN_CODES = frozenset(_BY_CODE)
 _BY_STATUS: dict[int, type[TokenwireError]] = {
     400: InvalidRequestError,
     401: AuthenticationError,
+    403: PermissionDeniedError,
     404: NotFoundError,
     405: MethodNotAllowedError,
     413: RequestTooLargeError,
     429: RateLimitError,
+    502: ReplicaControlError,
     503: ServiceUnavailableError,
 }
 

@@ -46,6 +46,10 @@ def matches(expected: Any, actual: Any, where: str = "$") -> None:
         return
     if isinstance(expected, dict):
         assert isinstance(actual, dict), where
+        if TEST_UPSTREAM == "vllm" and "weight_versions" not in expected:
+            # the examples are the embedded engine's, which labels no weights yet; through
+            # vLLM every finished choice names its weights' version
+            actual = {k: v for k, v in actual.items() if k != "weight_versions"}
         open_ended = expected.get(ANY) == ANY
         keys = set(expected) - {ANY}
         if not open_ended:

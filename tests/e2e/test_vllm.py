@@ -4,7 +4,6 @@ tokenizer version whatever the tokenizer was loaded from, and replicas that die 
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import threading
@@ -15,7 +14,15 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.test_gateway import MODEL, chat, gateway, home_of, replicas, wait_for
+from tests.e2e.test_gateway import (
+    MODEL,
+    chat,
+    gateway,
+    home_of,
+    replicas,
+    stream_ids,
+    wait_for,
+)
 from tests.upstreams import Upstream, vllm_model_dir, vllm_server
 from tokenwire.tokenizers.hf import HFTokenizer
 
@@ -52,25 +59,6 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Upstream]]:
     yield ups
     for u in ups:
         u.stop()
-
-
-def stream_chat(http: httpx.Client, text: str, on_chunk: Any = None,
-                **kw: Any) -> list[dict[str, Any]]:
-    body = {"model": MODEL, "stream": True, "temperature": 0, "return_token_ids": True,
-            "messages": [{"role": "user", "content": text}], **kw}
-    chunks: list[dict[str, Any]] = []
-    with http.stream("POST", "/v1/chat/completions", json=body) as resp:
-        for line in resp.iter_lines():
-            if line.startswith("data: {"):
-                chunks.append(json.loads(line[6:]))
-                if on_chunk is not None:
-                    on_chunk(len(chunks))
-    return chunks
-
-
-def streamed_ids(chunks: list[dict[str, Any]]) -> list[int]:
-    return [t for c in chunks for ch in c.get("choices", [])
-            for t in ch["delta"].get("token_ids") or []]
 
 
 def moved_after(warnings: list[dict[str, Any]]) -> int:
@@ -128,9 +116,9 @@ def test_what_vllm_itself_returns_for_the_same_ids(pair: list[Upstream], tmp_pat
             assert mine["token_ids"] + stop == them["token_ids"], text
             assert mine["message"]["content"] == them["message"]["content"]
             # streamed: the same ids, and vLLM's prefix cache is reported on the way
-            chunks = stream_chat(http, text, max_tokens=48,
-                                 stream_options={"include_usage": True})
-            assert streamed_ids(chunks) == mine["token_ids"]
+            ids, chunks = stream_ids(http, text, max_tokens=48,
+                                     stream_options={"include_usage": True})
+            assert ids == mine["token_ids"]
             usage = chunks[-1]["usage"]
             assert usage["prompt_tokens_details"]["cached_tokens"] > 0  # the same prompt again
         # vLLM 0.32's generate: weight versions are passed on
@@ -138,6 +126,67 @@ def test_what_vllm_itself_returns_for_the_same_ids(pair: list[Upstream], tmp_pat
             "token_ids": rendered, "sampling_params": {"max_tokens": 8, "temperature": 0}})
         spans = r.json()["choices"][0]["weight_versions"]
         assert spans and spans[0]["start"] == 0 and spans[-1]["end"] == 8
+
+
+ADMIN = {"Authorization": "Bearer admin"}
+USER = {"Authorization": "Bearer user"}
+
+
+def direct(u: Upstream, method: str, path: str, body: Any = None) -> Any:
+    return httpx.request(method, u.url + path, json=body, timeout=60).json()
+
+
+def test_one_control_call_for_the_fleet(pair: list[Upstream], tmp_path: Path) -> None:
+    """vLLM's RL endpoints through tokenwire: pause, label the weights, reset the cache and
+    resume both replicas with one call each; every later sample names the version; a user key
+    reaches nothing; a failed replica is named; a replica that comes back is kept out until its
+    weights carry the fleet's version, and joins a paused fleet paused."""
+    with gateway(tmp_path, engine="vllm", upstream=[u.url for u in pair], health_interval=0.3,
+                 api_keys=["user"], admin_keys=["admin"], raw_prompts="allow") as http:
+        wait_for(lambda: all(r["healthy"] for r in http.get(
+            "/health", headers=USER).json()["models"][MODEL]["replicas"]), 60)
+        r = http.post("/pause", params={"mode": "keep"}, headers=USER)
+        assert (r.status_code, r.json()["error"]["code"]) == (403, "admin_key_required")
+        assert [direct(u, "GET", "/is_paused") for u in pair] == [{"is_paused": False}] * 2
+        r = http.post("/pause", params={"mode": "keep"}, headers=ADMIN)
+        assert r.status_code == 200, r.text
+        assert r.json()["status"] == "paused"
+        assert [x["replica"] for x in r.json()["replicas"]] == ["replica 1", "replica 2"]
+        assert [direct(u, "GET", "/is_paused") for u in pair] == [{"is_paused": True}] * 2
+        assert http.get("/is_paused", headers=ADMIN).json()["is_paused"] is True
+        r = http.post("/update_weight_version", json={"new_version": "step-1"}, headers=ADMIN)
+        assert (r.status_code, r.json()["new_version"]) == (200, "step-1")
+        assert http.get("/weight_info", headers=ADMIN).json()["weight_version"] == "step-1"
+        assert http.post("/reset_prefix_cache", headers=ADMIN).json()["success"] is True
+        assert http.post("/resume", headers=ADMIN).json()["status"] == "resumed"
+        for _ in range(2):  # both replicas' samples name the new version
+            g = http.post("/inference/v1/generate", headers=USER, json={
+                "token_ids": [1, 4093, 198, 19556, 2, 198, 1, 520, 9531, 198],
+                "sampling_params": {"max_tokens": 4, "temperature": 0}}).json()
+            assert g["choices"][0]["weight_versions"][0]["version"] == "step-1", g
+        # a replica lost: the call is done on the other, and the failure is named
+        pair[0].kill()
+        r = http.post("/pause", headers=ADMIN)
+        assert r.status_code == 502
+        assert r.json()["error"]["code"] == "replica_failed"
+        assert "replica 1" in r.json()["error"]["message"]
+        assert [x["status"] for x in r.json()["replicas"]][1] == 200
+        # back from disk with other weights: kept out, named, until the trainer's next push
+        pair[0].start()
+
+        def rep0() -> dict[str, Any]:
+            return http.get("/health", headers=USER).json()["models"][MODEL]["replicas"][0]
+
+        wait_for(lambda: "the fleet 'step-1'" in (rep0()["reason"] or ""), 120)
+        assert not rep0()["healthy"]
+        assert direct(pair[0], "GET", "/is_paused") == {"is_paused": False}
+        r = http.post("/update_weight_version", json={"new_version": "step-1"}, headers=ADMIN)
+        assert r.status_code == 200, r.text  # reaches the replica kept out too
+        wait_for(lambda: rep0()["healthy"], 60)
+        # it joined a paused fleet: paused before it serves
+        assert direct(pair[0], "GET", "/is_paused") == {"is_paused": True}
+        assert http.post("/resume", headers=ADMIN).status_code == 200
+        assert [direct(u, "GET", "/is_paused") for u in pair] == [{"is_paused": False}] * 2
 
 
 def test_a_stream_survives_the_loss_of_its_replica(pair: list[Upstream],
@@ -160,14 +209,14 @@ def test_a_stream_survives_the_loss_of_its_replica(pair: list[Upstream],
             if n == 30:
                 pair[0].kill()  # mid-stream, SIGKILL
 
-        chunks = stream_chat(http, texts[0], on_chunk=kill_after, max_tokens=120,
+        ids, chunks = stream_ids(http, texts[0], kill_after, max_tokens=120,
                              ignore_eos=True, stream_options={"include_usage": True})
         assert not any("error" in c for c in chunks), chunks[-3:]
         finish = [ch for c in chunks for ch in c.get("choices", []) if ch["finish_reason"]]
         assert [ch["finish_reason"] for ch in finish] == ["length"]
         warned = [w for c in chunks for w in c.get("warnings") or []]
         assert [w["code"] for w in warned] == ["request_migrated"], warned
-        assert_one_greedy_run(streamed_ids(chunks), ref["token_ids"], whole["prompt_token_ids"],
+        assert_one_greedy_run(ids, ref["token_ids"], whole["prompt_token_ids"],
                               moved_after(warned), pair[1])
         assert chunks[-1]["usage"]["completion_tokens"] == 120
         metrics = http.get("/metrics").text

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from ..errors import (
     ContextLengthExceededError,
@@ -24,6 +24,10 @@ from ..errors import (
 __all__ = [
     "Engine",
     "check_prompt",
+    "CONTROL_OPS",
+    "ControlAnswer",
+    "ControlCall",
+    "Controllable",
     "EngineEvent",
     "EngineStartError",
     "EngineHealth",
@@ -270,3 +274,53 @@ def check_prompt(prompt: Sequence[int], info: EngineInfo) -> None:
             f"a prompt of {len(prompt)} tokens leaves no room in {info.max_model_len}")
     if min(prompt) < 0 or max(prompt) >= info.vocab_size:
         raise InvalidTokenIdError("a prompt id is outside the vocabulary")
+
+
+CONTROL_OPS: dict[str, tuple[str, str]] = {
+    "pause": ("POST", "/pause"),
+    "resume": ("POST", "/resume"),
+    "is_paused": ("GET", "/is_paused"),
+    "update_weight_version": ("POST", "/update_weight_version"),
+    "weight_info": ("GET", "/weight_info"),
+    "reset_prefix_cache": ("POST", "/reset_prefix_cache"),
+    "sleep": ("POST", "/sleep"),
+    "wake_up": ("POST", "/wake_up"),
+    "is_sleeping": ("GET", "/is_sleeping"),
+    "init_weight_transfer_engine": ("POST", "/init_weight_transfer_engine"),
+    "start_weight_update": ("POST", "/start_weight_update"),
+    "update_weights": ("POST", "/update_weights"),
+    "finish_weight_update": ("POST", "/finish_weight_update"),
+    "collective_rpc": ("POST", "/collective_rpc"),
+}
+"""The control plane: vLLM 0.32's RL and dev endpoints (`vllm/entrypoints/rl/online/
+api_router.py`, `vllm/entrypoints/serve/dev/`), by name: (method, path)."""
+
+
+@dataclass(frozen=True)
+class ControlCall:
+    """One control-plane call, in vLLM's terms: its name (`CONTROL_OPS`), query and JSON body
+    as the client sent them."""
+
+    op: str
+    query: tuple[tuple[str, str], ...] = ()
+    body: Any = None
+
+
+@dataclass(frozen=True)
+class ControlAnswer:
+    """One replica's answer to a control call (its HTTP status and JSON body)."""
+
+    replica: str
+    status: int
+    body: Any
+
+    @property
+    def ok(self) -> bool:
+        return 200 <= self.status < 300
+
+
+@runtime_checkable
+class Controllable(Protocol):
+    """An engine with a control plane: each call reaches every replica, and each answers."""
+
+    async def control(self, call: ControlCall) -> list[ControlAnswer]: ...

@@ -35,6 +35,8 @@ from typing import Any
 
 from ..errors import ServiceUnavailableError
 from .base import (
+    CONTROL_OPS,
+    ControlCall,
     EngineEvent,
     FinishEvent,
     PromptLogprobsEvent,
@@ -224,6 +226,11 @@ class VllmEngine(UpstreamEngine):
         if params.cache_salt is not None:
             body["cache_salt"] = params.cache_salt
         return replica.info.mode, body
+
+    def control_request(self, call: ControlCall) -> tuple[str, str, Any]:
+        """vLLM's own endpoints (with VLLM_SERVER_DEV_MODE=1), as the client sent them."""
+        method, path = CONTROL_OPS[call.op]
+        return method, path, call.body
 
     def decoder(self, replica: Replica, prompt: Sequence[int],
                 params: SamplingParams) -> ChunkDecoder:

@@ -16,6 +16,7 @@ from .common import (
     TokenId,
     TokenLogprob,
     Usage,
+    WeightVersionSpan,
 )
 from .sampling import VllmSamplingFields
 from .tools import (
@@ -251,7 +252,7 @@ class ResponseMessage(ResponseModel):
 
 
 class ChatChoice(ResponseModel):
-    omit_if_none = frozenset({"token_ids", "stop_reason"})
+    omit_if_none = frozenset({"token_ids", "stop_reason", "weight_versions"})
     index: int
     message: ResponseMessage
     logprobs: ChoiceLogprobs | None = None
@@ -260,6 +261,9 @@ class ChatChoice(ResponseModel):
     """vLLM dialect (`return_token_ids`): the ids the model sampled."""
     stop_reason: int | str | None = None
     """vLLM dialect: the end-of-generation id or the stop string that ended the choice."""
+    weight_versions: list[WeightVersionSpan] | None = None
+    """Which weights sampled which output tokens (vLLM 0.32's spans over output indexes),
+    where the engine says."""
 
 
 class _TokenNative(ResponseModel):
@@ -307,13 +311,15 @@ class ChatDelta(ResponseModel):
 
 
 class ChatChunkChoice(ResponseModel):
-    omit_if_none = frozenset({"token_ids", "stop_reason"})
+    omit_if_none = frozenset({"token_ids", "stop_reason", "weight_versions"})
     index: int
     delta: ChatDelta
     logprobs: ChoiceLogprobs | None = None
     finish_reason: FinishReason | None = None
     token_ids: list[int] | None = None
     stop_reason: int | str | None = None
+    weight_versions: list[WeightVersionSpan] | None = None
+    """On the finishing chunk: the whole output's spans (as vLLM sends them)."""
 
 
 class ChatCompletionChunk(_TokenNative):

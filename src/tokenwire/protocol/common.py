@@ -26,6 +26,7 @@ __all__ = [
     "Stop",
     "StopStrings",
     "Version",
+    "WeightVersionSpan",
 ]
 
 #: A token id as a client may send it: a JSON integer, not negative. The upper bound depends on
@@ -65,6 +66,14 @@ class StreamOptions(RequestModel):
     include_obfuscation: bool | None = None
     """OpenAI's stream padding against length side channels: accepted, none is added (it
     cannot change the output)."""
+
+
+class WeightVersionSpan(ResponseModel):
+    """Output tokens `[start, end)` were sampled by the weights labelled `version` (vLLM 0.32)."""
+
+    version: str
+    start: int
+    end: int
 
 
 class ResponseWarning(ResponseModel):

@@ -7,7 +7,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import Discriminator, Field, Tag
 
 from ._base import ResponseModel
-from .common import ResponseWarning, Stop, StreamOptions, TokenId, Usage
+from .common import ResponseWarning, Stop, StreamOptions, TokenId, Usage, WeightVersionSpan
 from .sampling import VllmSamplingFields
 
 __all__ = [
@@ -121,7 +121,8 @@ class CompletionLogprobs(ResponseModel):
 
 
 class CompletionChoice(ResponseModel):
-    omit_if_none = frozenset({"token_ids", "prompt_token_ids", "stop_reason"})
+    omit_if_none = frozenset({"token_ids", "prompt_token_ids", "stop_reason",
+                              "weight_versions"})
     text: str
     index: int
     logprobs: CompletionLogprobs | None = None
@@ -131,6 +132,9 @@ class CompletionChoice(ResponseModel):
     prompt_token_ids: list[int] | None = None
     """vLLM dialect: the ids this choice's prompt fed the model (first chunk when streaming)."""
     stop_reason: int | str | None = None
+    weight_versions: list[WeightVersionSpan] | None = None
+    """Which weights sampled which output tokens (vLLM 0.32's spans), where the engine says;
+    on the finishing chunk of a stream."""
 
 
 class _CompletionBase(ResponseModel):

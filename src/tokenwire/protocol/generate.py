@@ -18,7 +18,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import Field, StrictInt
 
 from ._base import RequestModel, ResponseModel
-from .common import ResponseWarning, StopStrings, TokenId, Usage
+from .common import ResponseWarning, StopStrings, TokenId, Usage, WeightVersionSpan
 
 __all__ = [
     "StructuredOutputs",
@@ -210,14 +210,6 @@ class GenerateLogprobEntry(GenerateLogprob):
 
 class GenerateLogprobs(ResponseModel):
     content: list[GenerateLogprobEntry] | None = None
-
-
-class WeightVersionSpan(ResponseModel):
-    """Output tokens `[start, end)` were sampled by the weights labelled `version` (vLLM 0.32)."""
-
-    version: str
-    start: int
-    end: int
 
 
 class GenerateChoice(ResponseModel):

@@ -16,6 +16,7 @@ from ..metrics import Metrics
 from ..policy import load_policy
 from ..serving.chat import ChatService
 from ..serving.completions import CompletionService
+from ..serving.control import ControlService
 from ..serving.documents import DocumentService
 from ..serving.generate import GenerateService
 from ..serving.guard import Guard
@@ -26,6 +27,7 @@ from ..serving.stored import StoredCompletions
 from ..serving.tokenize import TokenizeService
 from ..storage import Store, open_store
 from ..tokenizers.registry import TokenizerRegistry
+from .control import control_routes
 from .docs import docs_routes
 from .errors import exception_handlers
 from .middleware import ApiKeyAuth, BodyLimit, RequestMetrics
@@ -81,13 +83,14 @@ def create_app(settings: Settings | None = None, *, models: ModelRegistry | None
             if store is not None:
                 await store.aclose()
 
-    served = [*routes, *record_routes, *docs_routes]
+    served = [*routes, *record_routes, *docs_routes, *control_routes]
     app = Starlette(
         routes=served, exception_handlers=exception_handlers, lifespan=lifespan,
         # outermost first: every answer is counted, refusals included; a request without a
         # valid key is refused before its body is read
         middleware=[Middleware(RequestMetrics, metrics=metrics, routes=served),
-                    Middleware(ApiKeyAuth, keys=settings.api_keys),
+                    # an admin key is an API key too (admin_keys make a server keyed)
+                    Middleware(ApiKeyAuth, keys=[*settings.api_keys, *settings.admin_keys]),
                     Middleware(BodyLimit, max_bytes=settings.max_body_bytes)],
     )
     app.state.settings = settings
@@ -100,6 +103,7 @@ def create_app(settings: Settings | None = None, *, models: ModelRegistry | None
     app.state.generate = GenerateService(models, tokenizers, settings, guard, metrics)
     app.state.responses = ResponsesService(models, tokenizers, settings, guard, metrics)
     app.state.tokenize = TokenizeService(models, tokenizers, settings, guard)
+    app.state.control = ControlService(models, settings)
     app.state.stored = app.state.documents = None  # until the store is open (lifespan)
     return app
 

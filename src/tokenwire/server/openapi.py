@@ -22,6 +22,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from .. import __version__
+from ..engines.base import CONTROL_OPS
 from ..protocol.chat import ChatCompletion, ChatCompletionChunk, ChatCompletionRequest
 from ..protocol.common import ErrorResponse, ModelCard, ModelList, Version
 from ..protocol.completions import Completion, CompletionChunk, CompletionRequest
@@ -199,6 +200,13 @@ ENDPOINTS: dict[tuple[str, str], Endpoint] = {
             "304": {"description": "If-None-Match named its ETag: the bytes are unchanged"}}),
     ("GET", "/v1/tokenizers/{version:path}"): Endpoint(
         "One tokenizer version (by full id or alias)", response=TokenizerInfo, errors=(404,)),
+    **{(method, path): Endpoint(
+        f"vLLM's control plane ({op}), on every replica at once; admin keys only", errors=(
+            400, 403, 502), raw={"200": {
+                "description": "vLLM's answer (the replicas agree on it), and `replicas`: each "
+                               "replica's status and body",
+                "content": {"application/json": {"schema": {"type": "object"}}}}})
+       for op, (method, path) in CONTROL_OPS.items()},
 }
 
 #: paths served but not in the document, and why

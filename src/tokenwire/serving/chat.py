@@ -38,6 +38,7 @@ from .generation import (
     RunningUsage,
     migration_warnings,
     run_choices,
+    wire_spans,
 )
 from .logprobs import chat_logprobs, prompt_logprobs
 from .messages import (
@@ -364,6 +365,7 @@ class ChatService(GenerationService):
                 finish_reason=plan.finish_reason(a.finish_reason, parser),
                 token_ids=ids if req.return_token_ids else None,
                 stop_reason=plan.stop_reason(a.stop_reason) if plan.shows_ids else None,
+                weight_versions=wire_spans(a.weight_versions),
             ))
         scored = acc[0].prompt_logprobs if req.prompt_logprobs is not None else None
         moved = migration_warnings(*(a.migrations for a in acc))
@@ -459,6 +461,7 @@ class ChatService(GenerationService):
                         finish_reason=plan.finish_reason(u.finish_reason, parser),
                         token_ids=rest if req.return_token_ids and rest else None,
                         stop_reason=plan.stop_reason(u.stop_reason) if plan.shows_ids else None,
+                        weight_versions=wire_spans(u.weight_versions),
                     )])
                     if keep is None:
                         yield last

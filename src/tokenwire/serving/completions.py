@@ -17,7 +17,7 @@ from ..errors import (
     InvalidRequestError,
     UnsupportedParameterError,
 )
-from ..protocol.common import ResponseWarning, Usage
+from ..protocol.common import ResponseWarning, Usage, WeightVersionSpan
 from ..protocol.completions import (
     Completion,
     CompletionChoice,
@@ -27,7 +27,13 @@ from ..protocol.completions import (
 )
 from ..tokenizers.conversions import conversion_reason
 from .checks import check_generation_request
-from .generation import ChoiceUpdate, RunningUsage, migration_warnings, run_choices
+from .generation import (
+    ChoiceUpdate,
+    RunningUsage,
+    migration_warnings,
+    run_choices,
+    wire_spans,
+)
 from .logprobs import LegacyLogprobs
 from .plan import ANONYMOUS, Caller, GenerationService, Plan, check_engine_features
 from .sampling import choice_params, completion_budget, truncate_prompt, vllm_params
@@ -183,6 +189,7 @@ class CompletionService(GenerationService):
                 prompt_token_ids=plan.prompt_of(c) if req.return_token_ids
                 and not plan.space.translate else None,
                 stop_reason=plan.stop_reason(a.stop_reason) if req.return_token_ids else None,
+                weight_versions=wire_spans(a.weight_versions),
             ))
         usage = plan.usage(sum(a.n_sampled for a in acc),
                            {i: a.cached_tokens for i, a in enumerate(acc)})
@@ -213,7 +220,8 @@ class CompletionService(GenerationService):
         def chunk(c: int, text: str, *, logprobs: CompletionLogprobs | None = None,
                   ids: list[int] | None = None, first: bool = False,
                   finish: str | None = None, stop_reason: int | str | None = None,
-                  moved: list[ResponseWarning] | None = None) -> CompletionChunk:
+                  moved: list[ResponseWarning] | None = None,
+                  spans: list[WeightVersionSpan] | None = None) -> CompletionChunk:
             warnings, warned[0] = (None if warned[0] else plan.warnings), True
             if moved:
                 warnings = [*(warnings or []), *moved]
@@ -226,6 +234,7 @@ class CompletionService(GenerationService):
                 prompt_token_ids=plan.prompt_of(c) if ids_on and first
                 and not plan.space.translate else None,
                 stop_reason=stop_reason if ids_on else None,
+                weight_versions=spans,
             )])
 
         # the echo (and the prompt's ids) go first; scored echoes wait for their logprobs
@@ -255,7 +264,8 @@ class CompletionService(GenerationService):
                         # ids a translation held back (their text has gone out already)
                         yield chunk(c, "", ids=outs[c].finish(), finish=u.finish_reason,
                                     stop_reason=plan.stop_reason(u.stop_reason),
-                                    moved=migration_warnings(u.migrations))
+                                    moved=migration_warnings(u.migrations),
+                                    spans=wire_spans(u.weight_versions))
         finally:
             usage = self._served(plan, plan.usage(completion, cached))
         if req.stream_options is not None and req.stream_options.include_usage:

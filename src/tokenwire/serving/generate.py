@@ -31,9 +31,8 @@ from ..protocol.generate import (
     GenerateResponse,
     GenerateStreamResponse,
     StructuredOutputs,
-    WeightVersionSpan,
 )
-from .generation import ChoiceUpdate, RunningUsage, migration_warnings, run_choices
+from .generation import ChoiceUpdate, RunningUsage, migration_warnings, run_choices, wire_spans
 from .grammar import json_grammar, schema_grammar, tags_grammar
 from .logprobs import MISSING_LOGPROB, prompt_logprob_rows
 from .models import ServedModel
@@ -220,10 +219,8 @@ class GenerateService(GenerationService):
         lp = None
         if plan.req.sampling_params.logprobs is not None:
             lp = GenerateLogprobs(content=[_entry(e) for e in events])
-        spans = [WeightVersionSpan(version=w.version, start=w.start, end=w.end)
-                 for w in weights] if weights is not None else None
         return GenerateChoice(index=index, finish_reason=finish, stop_reason=stop_reason,
-                              token_ids=ids, logprobs=lp, weight_versions=spans)
+                              token_ids=ids, logprobs=lp, weight_versions=wire_spans(weights))
 
     def _envelope(self, plan: _Plan) -> dict[str, object]:
         return {"request_id": plan.id, "tokenizer_version": plan.space.client.version,

@@ -23,14 +23,14 @@ from ..engines.base import (
 )
 from ..errors import InvalidRequestError, ServiceUnavailableError
 from ..metrics import TokenClock, TokenTimer
-from ..protocol.common import ResponseWarning, StreamOptions, Usage
+from ..protocol.common import ResponseWarning, StreamOptions, Usage, WeightVersionSpan
 from ..protocol.generate import GenerateStreamOptions
 from ..tokenizers.base import Tokenizer
 from ..tokenizers.conversions import Reason
 from .output import Delta, OutputDecoder
 
 __all__ = ["ChoiceResult", "ChoiceUpdate", "RunningUsage", "collect", "migration_warnings",
-           "run_choices"]
+           "run_choices", "wire_spans"]
 
 
 @dataclass
@@ -249,3 +249,9 @@ def migration_warnings(*moves: Sequence[str]) -> list[ResponseWarning] | None:
     migration.py); None when nothing moved."""
     return [ResponseWarning(code="request_migrated", param=None, message=m)
             for ms in moves for m in ms] or None
+
+
+def wire_spans(spans: Sequence[WeightSpan] | None) -> list[WeightVersionSpan] | None:
+    """The engine's weight-version spans in vLLM's wire shape (None: the engine did not say)."""
+    return None if spans is None else [WeightVersionSpan(version=w.version, start=w.start,
+                                                         end=w.end) for w in spans]

@@ -25,10 +25,24 @@ from typing import Any
 import aiohttp
 
 from ...config import Settings, default_model_name
-from ...errors import RateLimitError, ServiceUnavailableError, TokenwireError
-from ..base import EngineHealth, EngineInfo, EngineStartError, SamplingParams, check_prompt
+from ...errors import (
+    RateLimitError,
+    ServiceUnavailableError,
+    TokenwireError,
+    UnsupportedParameterError,
+)
+from ..base import (
+    ControlAnswer,
+    ControlCall,
+    EngineHealth,
+    EngineInfo,
+    EngineStartError,
+    SamplingParams,
+    check_prompt,
+)
 from ..registry import EngineSpec
 from ..routing import PrefixRouter
+from .control import FleetControl
 from .errors import upstream_error
 from .health import Health
 from .migration import MigratingStream
@@ -66,6 +80,7 @@ class UpstreamEngine:
         self._info: EngineInfo | None = None
         self._transport = Transport()
         self._health = Health(self, spec)
+        self.fleet = FleetControl(self)
         self.on_migration: Callable[[str], None] | None = None
         """Told "moved" or "gave_up" for each lost sequence (metrics.py counts them)."""
 
@@ -93,6 +108,18 @@ class UpstreamEngine:
                 params: SamplingParams) -> ChunkDecoder:
         """A fresh decoder for one response of `replica` to `request(...)`."""
         raise NotImplementedError
+
+    def control_request(self, call: ControlCall) -> tuple[str, str, Any]:
+        """The method, path and JSON body that make a replica do `call` (control.py); an
+        engine without a control plane refuses by name (the default)."""
+        raise UnsupportedParameterError(
+            f"the {self.name} engine has no control plane: {call.op} cannot reach its "
+            "replicas (vLLM's RL endpoints are served in front of vLLM upstreams)",
+            param=call.op)
+
+    async def control(self, call: ControlCall) -> list[ControlAnswer]:
+        """`Controllable`: `call` on every replica (control.py)."""
+        return await self.fleet.call(call)
 
     def protocol_error(self, status: int, body: Any, where: str) -> TokenwireError:
         """An error body (a 4xx, or an in-band error in a stream) from replica `where`, in our

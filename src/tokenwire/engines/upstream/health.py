@@ -101,6 +101,10 @@ class Health:
                 log.error("upstream %s is not used: %s", r.url, exc)
                 return
         if not r.healthy:
+            why = await self._engine.fleet.join(r)  # paused, or other weights than the fleet's
+            if why is not None:
+                r.reason = why
+                return
             log.info("upstream %s is up", r.url)
         r.healthy, r.reason = True, None
 

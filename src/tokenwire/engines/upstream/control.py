@@ -1,0 +1,91 @@
+"""The control plane of an upstream engine: one call for the whole fleet.
+
+An RL trainer pauses the fleet, pushes new weights, labels them with a version, resets the
+prefix cache and resumes; it should not have to know every replica's address to do so. Each
+call (`CONTROL_OPS`: vLLM's RL and dev endpoints) goes to every replica of the engine at once,
+spelled by the protocol module (`control_request`: vLLM's own paths; engines without a control
+plane refuse by name), and every replica's answer comes back: a partial failure is the caller's
+to see, never hidden.
+
+The fleet's state is remembered from the calls that succeeded (paused and how, the weight
+version), so a replica that joins later (restarted, recovered) is brought to it before it
+serves: paused if the fleet is; and if the fleet's weights carry a version, kept out until its
+own `/weight_info` says the same version (its weights came from disk, not from the trainer: a
+replica serving other weights under the fleet's label would mix versions silently). Control
+calls still reach a replica kept out, so the trainer's next push brings it in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlencode
+
+from ..base import ControlAnswer, ControlCall
+from .replica import Replica
+from .transport import TRANSPORT_ERRORS
+
+if TYPE_CHECKING:
+    from .engine import UpstreamEngine
+
+__all__ = ["FleetControl"]
+
+log = logging.getLogger(__name__)
+
+
+class FleetControl:
+    """One engine's control calls, and the state of its fleet they set."""
+
+    def __init__(self, engine: UpstreamEngine):
+        self._engine = engine
+        self.paused: str | None = None
+        """How the fleet was paused (vLLM's mode: abort, wait, keep); None: it serves."""
+        self.weight_version: str | None = None
+        """The version the fleet's weights were labelled with last (None: never labelled)."""
+
+    async def call(self, call: ControlCall) -> list[ControlAnswer]:
+        """`call` on every replica at once; each replica's answer, in replica order."""
+        method, path, body = self._engine.control_request(call)
+        query = f"?{urlencode(call.query)}" if call.query else ""
+        answers = await asyncio.gather(*(self._one(r, method, path + query, body)
+                                         for r in self._engine.replicas))
+        if any(a.ok for a in answers):
+            self._remember(call)
+        return list(answers)
+
+    async def _one(self, r: Replica, method: str, path: str, body: Any) -> ControlAnswer:
+        try:
+            status, data = await self._engine.call(r, method, path, body)
+        except TRANSPORT_ERRORS as exc:
+            return ControlAnswer(r.name, 503, {"error": f"unreachable: {exc!r}"})
+        return ControlAnswer(r.name, status, data)
+
+    def _remember(self, call: ControlCall) -> None:
+        body = call.body if isinstance(call.body, dict) else {}
+        if call.op == "pause":
+            self.paused = dict(call.query).get("mode", "abort")
+        elif call.op == "resume":
+            self.paused = None
+        elif call.op == "update_weight_version" and isinstance(body.get("new_version"), str):
+            self.weight_version = body["new_version"]
+        elif call.op == "finish_weight_update" and isinstance(body.get("weight_version"), str):
+            self.weight_version = body["weight_version"]
+
+    async def join(self, r: Replica) -> str | None:
+        """Bring a replica that is about to serve to the fleet's state; why it cannot serve
+        yet, or None."""
+        if self.weight_version is not None:
+            status, data = await self._engine.call(r, "GET", "/weight_info")
+            theirs = data.get("weight_version") if isinstance(data, dict) else None
+            if status != 200 or theirs != self.weight_version:
+                return (f"it serves weights labelled {theirs!r}, the fleet "
+                        f"{self.weight_version!r}: push the fleet's weights to it (the "
+                        "control plane's weight calls reach it)")
+        if self.paused is not None:
+            # nothing is in flight there yet: any mode pauses it the same
+            status, _ = await self._engine.call(r, "POST", "/pause?mode=abort")
+            if status != 200:
+                return f"the fleet is paused, and it answered {status} to /pause"
+            log.info("upstream %s joins a paused fleet: paused", r.url)
+        return None
