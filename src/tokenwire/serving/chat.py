@@ -368,10 +368,9 @@ class ChatService(GenerationService):
                 weight_versions=wire_spans(a.weight_versions),
             ))
         scored = acc[0].prompt_logprobs if req.prompt_logprobs is not None else None
-        moved = migration_warnings(*(a.migrations for a in acc))
         return ChatCompletion(
             **plan.envelope(),
-            warnings=[*(plan.warnings or []), *moved] if moved else plan.warnings,
+            warnings=migration_warnings(plan.warnings, *(a.migrations for a in acc)),
             choices=choices,
             usage=usage,
             prompt_token_ids=plan.prompt if req.return_token_ids and not plan.space.translate
@@ -455,7 +454,7 @@ class ChatService(GenerationService):
                     # ids a translation held back (their text has gone out already)
                     rest = outs[u.index].finish()
                     last = ChatCompletionChunk(**env, usage=running.of(u.index),
-                                               warnings=migration_warnings(u.migrations),
+                                               warnings=migration_warnings(None, u.migrations),
                                                choices=[ChatChunkChoice(
                         index=u.index, delta=ChatDelta(token_ids=rest if delta_ids else None),
                         finish_reason=plan.finish_reason(u.finish_reason, parser),

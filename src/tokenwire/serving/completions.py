@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass
 
 from ..engines.base import TokenEvent
@@ -17,7 +17,7 @@ from ..errors import (
     InvalidRequestError,
     UnsupportedParameterError,
 )
-from ..protocol.common import ResponseWarning, Usage, WeightVersionSpan
+from ..protocol.common import Usage, WeightVersionSpan
 from ..protocol.completions import (
     Completion,
     CompletionChoice,
@@ -193,9 +193,9 @@ class CompletionService(GenerationService):
             ))
         usage = plan.usage(sum(a.n_sampled for a in acc),
                            {i: a.cached_tokens for i, a in enumerate(acc)})
-        moved = migration_warnings(*(a.migrations for a in acc))
         return Completion(**plan.envelope(), choices=choices, usage=self._served(plan, usage),
-                          warnings=[*(plan.warnings or []), *moved] if moved else plan.warnings)
+                          warnings=migration_warnings(plan.warnings,
+                                                      *(a.migrations for a in acc)))
 
     async def stream(self, req: CompletionRequest, caller: Caller = ANONYMOUS,
                      ) -> AsyncIterator[CompletionChunk]:
@@ -220,11 +220,10 @@ class CompletionService(GenerationService):
         def chunk(c: int, text: str, *, logprobs: CompletionLogprobs | None = None,
                   ids: list[int] | None = None, first: bool = False,
                   finish: str | None = None, stop_reason: int | str | None = None,
-                  moved: list[ResponseWarning] | None = None,
+                  moves: Sequence[str] = (),
                   spans: list[WeightVersionSpan] | None = None) -> CompletionChunk:
             warnings, warned[0] = (None if warned[0] else plan.warnings), True
-            if moved:
-                warnings = [*(warnings or []), *moved]
+            warnings = migration_warnings(warnings, moves)
             return CompletionChunk(**env, warnings=warnings,
                                    usage=running.of(c),
                                    choices=[CompletionChoice(
@@ -264,7 +263,7 @@ class CompletionService(GenerationService):
                         # ids a translation held back (their text has gone out already)
                         yield chunk(c, "", ids=outs[c].finish(), finish=u.finish_reason,
                                     stop_reason=plan.stop_reason(u.stop_reason),
-                                    moved=migration_warnings(u.migrations),
+                                    moves=u.migrations,
                                     spans=wire_spans(u.weight_versions))
         finally:
             usage = self._served(plan, plan.usage(completion, cached))

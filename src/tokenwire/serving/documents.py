@@ -201,8 +201,9 @@ class DocumentService:
                                             param=f"{param}.document_id")
             ids = doc.token_ids
             # (a document stored under an id of `target` from before the fingerprint is in it)
-            if self._tokenizers.resolve(doc.tokenizer_version).version != target:
-                src = self._tokenizers.resolve(doc.tokenizer_version).tokenizer
+            held = self._tokenizers.resolve(doc.tokenizer_version)
+            if held.version != target:
+                src = held.tokenizer
                 dst = self._tokenizers.resolve(target).tokenizer
                 with conversion_reason("translate"):
                     tr = await asyncio.to_thread(translator(src, dst).translate, ids)

@@ -245,9 +245,7 @@ class GenerateService(GenerationService):
         scored = acc[0].prompt_logprobs if req.sampling_params.prompt_logprobs is not None \
             else None
         first = self._first(plan)
-        moved = migration_warnings(*(a.migrations for a in acc))
-        if moved:
-            first["warnings"] = [*(plan.warnings or []), *moved]
+        first["warnings"] = migration_warnings(plan.warnings, *(a.migrations for a in acc))
         return GenerateResponse(
             **self._envelope(plan), **first, model=plan.model.id,
             created=int(time.time()), usage=usage,
@@ -282,10 +280,9 @@ class GenerateService(GenerationService):
                                       u.finish_reason, u.stop_reason, u.stop_event,
                                       u.weight_versions)
                 running.add(u)
-                moved = migration_warnings(u.migrations)
-                if moved:  # on the finishing event (with the first one's, if it is that)
-                    before = plan.warnings if first else None
-                    first = {**first, "warnings": [*(before or []), *moved]}
+                if u.migrations:  # on the finishing event (after the first one's, if it is that)
+                    first = {**first, "warnings": migration_warnings(
+                        plan.warnings if first else None, u.migrations)}
                 yield GenerateStreamResponse(**env, **first, choices=[choice],
                                              usage=running.of(u.index))
                 first = {}

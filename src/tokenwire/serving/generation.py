@@ -243,12 +243,14 @@ async def _merge(streams: list[EventStream], decoders: list[OutputDecoder],
             await asyncio.gather(*tasks, return_exceptions=True)
 
 
-def migration_warnings(*moves: Sequence[str]) -> list[ResponseWarning] | None:
-    """`request_migrated`, once per move of any choice to another upstream replica (its
-    replica was lost mid-response, and the gateway continued it there: engines/upstream/
-    migration.py); None when nothing moved."""
-    return [ResponseWarning(code="request_migrated", param=None, message=m)
-            for ms in moves for m in ms] or None
+def migration_warnings(before: list[ResponseWarning] | None,
+                       *moves: Sequence[str]) -> list[ResponseWarning] | None:
+    """`before`, then `request_migrated` once per move of any choice to another upstream
+    replica (its replica was lost mid-response, and the gateway continued it there:
+    engines/upstream/migration.py); `before` itself when nothing moved."""
+    moved = [ResponseWarning(code="request_migrated", param=None, message=m)
+             for ms in moves for m in ms]
+    return [*(before or []), *moved] if moved else before
 
 
 def wire_spans(spans: Sequence[WeightSpan] | None) -> list[WeightVersionSpan] | None:
