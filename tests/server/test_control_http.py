@@ -21,7 +21,7 @@ async def test_only_admin_keys_reach_the_control_plane(make_app) -> None:  # typ
             assert r.json()["error"]["code"] == "admin_key_required"
             r = await c.request(method, path)
             assert r.status_code == 401, op
-        # an admin key is an API key too; the embedded engine has no control plane (yet)
+        # an admin key is an API key too; the scripted engine has no control plane
         r = await c.post("/pause", headers={"Authorization": "Bearer admin"})
         assert r.status_code == 400
         assert r.json()["error"]["param"] == "pause"
@@ -32,7 +32,7 @@ async def test_only_admin_keys_reach_the_control_plane(make_app) -> None:  # typ
 async def test_a_keyless_server_answers_loopback_clients_only(make_app) -> None:  # type: ignore[no-untyped-def]
     app = make_app()
     async with serve_in_process(app) as c:  # httpx's in-process client is 127.0.0.1
-        assert (await c.post("/resume")).status_code == 400  # allowed; no control plane here
+        assert (await c.post("/resume")).status_code == 400  # allowed; the scripted engine has none
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app, client=("10.1.2.3", 5000))
         async with httpx.AsyncClient(transport=transport, base_url="http://test") as c:

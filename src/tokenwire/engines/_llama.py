@@ -20,8 +20,8 @@ import numpy as np
 
 from .base import Grammar
 
-__all__ = ["Batch", "GrammarError", "LlamaModel", "Sampler", "check_grammar", "default_threads",
-           "silence_logs", "vocab_eog_ids"]
+__all__ = ["Batch", "GrammarError", "LlamaModel", "LoraError", "Sampler", "check_grammar",
+           "default_threads", "silence_logs", "vocab_eog_ids"]
 
 _LOG_CB = None
 
@@ -94,6 +94,41 @@ class LlamaModel:
         self.n_ctx_seq = L.llama_n_ctx_seq(self.ctx)
         self.n_batch = n_batch
         self.memory = L.llama_get_memory(self.ctx)
+        self._adapters: list[L.llama_adapter_lora_p] = []
+
+    def set_lora(self, adapters: Sequence[tuple[str | Path, float]]) -> None:
+        """Serve the model with these LoRA adapters (GGUF files, each with its scale) instead
+        of the ones set before; none: the bare model. Raises `LoraError`, keeping the adapters
+        it had, when llama.cpp cannot load one for this model."""
+        loaded: list[L.llama_adapter_lora_p] = []
+        for path, _ in adapters:
+            ptr = L.llama_adapter_lora_init(self.model, str(path).encode())
+            if not ptr:
+                for p in loaded:
+                    L.llama_adapter_lora_free(p)
+                raise LoraError(f"llama.cpp could not load the LoRA adapter {path} for this "
+                                "model (its log says why: another architecture, or shapes)")
+            loaded.append(ptr)
+        n = len(loaded)
+        ptrs = (L.llama_adapter_lora_p_ctypes * max(n, 1))(*loaded)  # type: ignore[misc]
+        scales = (ctypes.c_float * max(n, 1))(*(float(s) for _, s in adapters))
+        if L.llama_set_adapters_lora(self.ctx, ptrs if n else None, n, scales if n else None):
+            for p in loaded:
+                L.llama_adapter_lora_free(p)
+            raise LoraError("llama.cpp refused to set the LoRA adapters")
+        for p in self._adapters:
+            L.llama_adapter_lora_free(p)
+        self._adapters = loaded
+
+    def same_vocabulary(self, other: LlamaModel) -> str | None:
+        """None if `other` reads and writes ids as this model does (every id's piece and
+        end-of-generation flag); else the first difference."""
+        if other.n_vocab != self.n_vocab:
+            return f"{other.n_vocab} ids, not {self.n_vocab}"
+        for t in range(self.n_vocab):
+            if other.piece(t) != self.piece(t) or other.is_eog(t) != self.is_eog(t):
+                return f"id {t} is {other.piece(t)!r}, not {self.piece(t)!r}"
+        return None
 
     def is_eog(self, token: int) -> bool:
         return bool(L.llama_vocab_is_eog(self.vocab, token))
@@ -155,6 +190,9 @@ class LlamaModel:
         if self.ctx:
             L.llama_free(self.ctx)
             self.ctx = None
+        for p in self._adapters:  # after the context that uses them, before their model
+            L.llama_adapter_lora_free(p)
+        self._adapters = []
         if self.model:
             L.llama_model_free(self.model)
             self.model = None
@@ -242,6 +280,10 @@ def _ubatch_counter(model: LlamaModel) -> object:
 
 class GrammarError(ValueError):
     """llama.cpp could not parse a grammar."""
+
+
+class LoraError(ValueError):
+    """llama.cpp could not load or set a LoRA adapter."""
 
 
 def _grammar_sampler(vocab: L.llama_vocab_p, grammar: Grammar) -> L.llama_sampler_p:

@@ -105,6 +105,14 @@ class Slots:
         own = common_prefix(held, prompt) if self._salts.pop(slot, None) == salt else 0
         return Placement(slot, source if shared else slot, shared, own)
 
+    def clear(self) -> list[int]:
+        """Forget what every free slot holds (new weights: no KV of the old ones is reused);
+        the slots that held something, whose cells the engine clears."""
+        held = list(self._held)
+        self._held.clear()
+        self._salts.clear()
+        return held
+
     def release(self, slot: int, ids: list[int] | None, salt: str | None = None) -> None:
         """Free `slot`; `ids`: what its cells still hold (None: nothing worth reusing), filled
         by a request with `salt`."""

@@ -153,7 +153,8 @@ class WeightSpan:
 
 @dataclass(frozen=True, slots=True)
 class FinishEvent:
-    reason: Literal["stop", "length"]
+    reason: Literal["stop", "length", "abort"]
+    """"abort": the engine was paused with `pause?mode=abort` (vLLM's finish reason)."""
     stop_token: TokenEvent | None = None
     """The end-of-generation token the model sampled ("stop"); it is not part of the output.
     None when the upstream does not say which (a text-only engine)."""

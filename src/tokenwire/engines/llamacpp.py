@@ -6,11 +6,16 @@ pending prompt tokens, runs a single `llama_decode` for all of them, and samples
 with its own C-side sampler chain. Events cross to the asyncio side through
 `loop.call_soon_threadsafe`, so model compute never blocks the event loop. A consumer that stops
 iterating marks its sequence cancelled; the worker frees the slot before the next decode.
+
+The control plane (vLLM's RL endpoints, `_control.py`) runs on the worker thread too, between
+two decodes: pausing (abort, drain, or freeze the batch), new weights (a GGUF, LoRA adapters)
+and their version label, which every sampled token is stamped with (`weight_versions`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import secrets
 import threading
@@ -18,6 +23,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 
@@ -30,9 +36,12 @@ from ..errors import (
 )
 from ..tokenizers.hf import HFTokenizer
 from ..tokenizers.probe import TokenizerParityError, first_mismatch
-from ._llama import Batch, GrammarError, LlamaModel, Sampler, check_grammar
+from ._control import PauseMode, answer, content_version
+from ._llama import Batch, GrammarError, LlamaModel, LoraError, Sampler, check_grammar
 from ._slots import MIN_COPY, Slots, common_prefix
 from .base import (
+    ControlAnswer,
+    ControlCall,
     EngineEvent,
     EngineHealth,
     EngineInfo,
@@ -40,10 +49,13 @@ from .base import (
     PromptLogprobsEvent,
     SamplingParams,
     TokenEvent,
+    WeightSpan,
     check_prompt,
 )
 
 __all__ = ["LlamaCppEngine"]
+
+FinishReason = Literal["stop", "length", "abort"]
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +82,11 @@ class _Seq:
     """A running sequence prefilling the prompt's first `lead` ids: this one feeds none of its
     prompt until the leader has them, then copies them (n > 1, or the same prompt at once)."""
     lead: int = 0
+    gen: int = 0
+    """The weights generation its KV began under (`LlamaCppEngine._gen`): a sequence frozen by
+    `pause?mode=keep` across new weights holds KV of both, which no other prompt reuses."""
+    spans: list[list[object]] = field(default_factory=list, repr=False)
+    """[version, start, end) of its output tokens, as vLLM's `weight_versions`."""
 
     @property
     def scores(self) -> bool:
@@ -163,6 +180,20 @@ class LlamaCppEngine:
         self._stopping = False
         self._died: str | None = None
         """Why the worker stopped, when it did on its own (an error outside a step)."""
+        self._jobs: deque[tuple[Callable[[], object], concurrent.futures.Future[object]]] = deque()
+        """Control calls for the worker to run between two decodes."""
+        self._paused: PauseMode | None = None
+        self._draining: set[_Seq] = set()
+        """pause?mode=wait: the sequences that still run to their end."""
+        self._drained: concurrent.futures.Future[None] | None = None
+        self._gen = 0
+        """Bumped whenever the weights change: KV of an older generation is never reused."""
+        self._version = ""
+        """The weight version label every sampled token is stamped with."""
+        self._base_version = ""
+        self._model_lock = threading.Lock()
+        """Held while another thread reads the model's vocabulary (grammar checks) and while
+        the worker replaces the model."""
         self.on_step: Callable[[int], None] | None = None
         """Called from the worker thread after each decode with its batch size in tokens
         (metrics); it must be quick and must not raise."""
@@ -173,9 +204,8 @@ class LlamaCppEngine:
         """Load the model (blocking); `start` does it in a thread."""
         if self._llama is not None:
             return
-        self._llama = LlamaModel(self._path, n_seq=self._n_parallel, max_len=self._want_len,
-                                 n_batch=self._n_batch, n_threads=self._n_threads,
-                                 count_ubatches=self._count_ubatches)
+        self._llama = self._new_model(self._path)
+        self._version = self._base_version = content_version(self._path)
         self._info = EngineInfo(
             model=self._model_id,
             max_model_len=self._llama.n_ctx_seq,
@@ -183,6 +213,11 @@ class LlamaCppEngine:
             eog_ids=self._llama.eog_ids(),
             max_sequences=self._n_parallel + self._max_queued,
         )
+
+    def _new_model(self, path: Path) -> LlamaModel:
+        return LlamaModel(path, n_seq=self._n_parallel, max_len=self._want_len,
+                          n_batch=self._n_batch, n_threads=self._n_threads,
+                          count_ubatches=self._count_ubatches)
 
     async def start(self) -> None:
         if self._thread is not None:
@@ -252,7 +287,8 @@ class LlamaCppEngine:
         check_prompt(prompt, self.info)
         if params.grammar is not None:
             try:
-                check_grammar(self.llama, params.grammar)
+                with self._model_lock:
+                    check_grammar(self.llama, params.grammar)
             except GrammarError as exc:
                 raise InvalidRequestError(f"{exc} (llama.cpp logs the reason)",
                                           param=params.grammar.param,
@@ -286,23 +322,45 @@ class LlamaCppEngine:
 
     # -- the worker thread -----------------------------------------------------------------
 
+    def _has_work(self) -> bool:
+        """Whether the worker has something to do now (under the lock)."""
+        if self._stopping or self._jobs:
+            return True
+        if any(s.cancelled for s in self._active) or any(s.cancelled for s in self._waiting):
+            return True
+        if self._paused is None:
+            return bool(self._active or self._waiting)
+        if self._paused == "wait":
+            return bool(self._active) or any(s in self._draining for s in self._waiting)
+        return False  # abort, keep: nothing runs until resumed
+
+    def _admissible(self, seq: _Seq) -> bool:
+        return self._paused is None or (self._paused == "wait" and seq in self._draining)
+
     def _run(self) -> None:
-        llama = self.llama
         batch = Batch(self._n_batch)
         try:
             while True:
                 with self._cv:
-                    while not self._stopping and not self._active and not self._waiting:
+                    while not self._has_work():
                         self._cv.wait()
                     if self._stopping:
                         break
+                    jobs, self._jobs = list(self._jobs), deque()
+                for job, done in jobs:
+                    try:
+                        done.set_result(job())
+                    except Exception as exc:  # noqa: BLE001 - the caller's to raise
+                        done.set_exception(exc)
+                with self._cv:
                     for seq in [s for s in self._active if s.cancelled]:
                         self._release(seq)
                     if any(s.cancelled for s in self._waiting):
                         for s in self._waiting:
                             s.done = s.done or s.cancelled
                         self._waiting = deque(s for s in self._waiting if not s.cancelled)
-                    while self._waiting and self._slots.free:
+                    while self._waiting and self._slots.free \
+                            and self._admissible(self._waiting[0]):
                         seq = self._waiting[0]  # still queued if placing it fails: it is told
                         self._place(seq)
                         self._waiting.popleft()
@@ -310,10 +368,12 @@ class LlamaCppEngine:
                     for seq in self._active:
                         if seq.leader is not None:
                             self._catch_up(seq)
-                if not self._active:
+                    self._check_drained()
+                    frozen = self._paused in ("keep", "abort")
+                if not self._active or frozen:
                     continue
                 try:
-                    self._step(llama, batch)
+                    self._step(self.llama, batch)
                 except Exception as exc:  # noqa: BLE001 - the engine must outlive one bad step
                     log.exception("engine step failed")
                     with self._cv:
@@ -333,6 +393,11 @@ class LlamaCppEngine:
                 for seq in waiting:  # out of the queue first, then told
                     seq.done = True
                     seq.emit(ServiceUnavailableError("the engine shut down"))
+                jobs, self._jobs = list(self._jobs), deque()
+            for _, done in jobs:
+                done.set_exception(ServiceUnavailableError("the engine shut down"))
+            if self._drained is not None and not self._drained.done():
+                self._drained.set_result(None)
             batch.free()
 
     # -- the prefix cache --------------------------------------------------------------------
@@ -342,7 +407,7 @@ class LlamaCppEngine:
         its cache salt, except `but`)."""
         salt = seq.params.cache_salt
         return {s.slot: s.kv for s in self._active
-                if s is not but and s.kv and s.params.cache_salt == salt}
+                if s is not but and s.kv and s.params.cache_salt == salt and s.gen == self._gen}
 
     def _place(self, seq: _Seq) -> None:
         """Give `seq` a slot and as much of its prompt's KV as some slot already holds; or make
@@ -355,7 +420,8 @@ class LlamaCppEngine:
         shared = min(place.shared, limit) if reuse else 0
         leader, lead = None, 0
         for other in self._active if reuse else ():
-            if other.leader is None and other.params.cache_salt == seq.params.cache_salt:
+            if other.leader is None and other.params.cache_salt == seq.params.cache_salt \
+                    and other.gen == self._gen:
                 n = min(common_prefix(other.prompt, seq.prompt), limit)
                 if n > lead and other.n_fed < n:
                     leader, lead = other, n
@@ -402,6 +468,7 @@ class LlamaCppEngine:
         llama = self.llama
         p = seq.params
         seq.stops = p.stops(self.info.eog_ids)
+        seq.gen = self._gen
         try:
             seq.sampler = Sampler(
                 llama,
@@ -430,7 +497,10 @@ class LlamaCppEngine:
         KV is unknown)."""
         seq.done = True
         seq.leader = None
-        keep = keep and self._prefix_cache
+        if seq in self._draining:
+            self._draining.discard(seq)
+            self._check_drained()
+        keep = keep and self._prefix_cache and seq.gen == self._gen
         if seq in self._active:
             self._active.remove(seq)
         if seq.sampler is not None:
@@ -512,16 +582,169 @@ class LlamaCppEngine:
         token = seq.sampler.sample(llama, seq.batch_index)
         ev = TokenEvent(token) if lp is None else _scored(lp, token, seq.params.logprobs or 0)
         seq.n_out += 1
+        span = seq.spans[-1] if seq.spans else None
+        if span is not None and span[0] == self._version:
+            span[2] = seq.n_out
+        else:
+            seq.spans.append([self._version, seq.n_out - 1, seq.n_out])
         finished: FinishEvent | None = None
         if token in seq.stops:
-            finished = FinishEvent("stop", stop_token=ev, cached_tokens=seq.n_cached)
+            finished = self._finish(seq, "stop", stop_token=ev)
         else:
             seq.emit(ev)
             seq.last = token
             full = len(seq.prompt) + seq.n_out >= llama.n_ctx_seq
             if seq.n_out >= seq.params.max_tokens or full:
-                finished = FinishEvent("length", cached_tokens=seq.n_cached)
+                finished = self._finish(seq, "length")
         if finished is not None:
             with self._cv:
                 self._release(seq)
             seq.emit(finished)
+
+    def _finish(self, seq: _Seq, reason: FinishReason,
+                stop_token: TokenEvent | None = None) -> FinishEvent:
+        spans = tuple(WeightSpan(str(v), int(a), int(b))  # type: ignore[call-overload]
+                      for v, a, b in seq.spans)
+        return FinishEvent(reason, stop_token=stop_token, cached_tokens=seq.n_cached,
+                           weight_versions=spans or None)
+
+    # -- the control plane (on the worker thread, between decodes) --------------------------
+
+    async def control(self, call: ControlCall) -> list[ControlAnswer]:
+        """`Controllable`: vLLM's RL endpoints, answered by this engine (_control.py)."""
+        return [await answer(self, call)]
+
+    async def on_worker(self, job: Callable[[], object]) -> object:
+        """Run `job` on the worker thread between two decodes; its result."""
+        done: concurrent.futures.Future[object] = concurrent.futures.Future()
+        with self._cv:
+            if self._stopping or self._thread is None or not self._thread.is_alive():
+                raise ServiceUnavailableError("the engine is not running")
+            self._jobs.append((job, done))
+            self._cv.notify()
+        return await asyncio.wrap_future(done)
+
+    @property
+    def paused(self) -> PauseMode | None:
+        return self._paused
+
+    @property
+    def weight_version(self) -> str:
+        return self._version
+
+    async def pause(self, mode: PauseMode) -> None:
+        """vLLM's pause: `abort` ends every sequence now (finish reason "abort"), `wait` lets
+        them run to their end and returns then, `keep` freezes them where they stand until
+        `resume`. Sequences that arrive while paused wait for `resume`."""
+        def job() -> concurrent.futures.Future[None] | None:
+            with self._cv:
+                self._paused = mode
+                if mode == "abort":
+                    self._abort_all()
+                if mode != "wait":
+                    return None
+                self._draining = {*self._active, *self._waiting}
+                self._drained = concurrent.futures.Future()
+                self._check_drained()
+                return self._drained
+        drained = await self.on_worker(job)
+        if isinstance(drained, concurrent.futures.Future):
+            await asyncio.wrap_future(drained)
+
+    def _abort_all(self) -> None:
+        for seq in list(self._active):
+            self._release(seq)
+            seq.emit(self._finish(seq, "abort"))
+        waiting, self._waiting = list(self._waiting), deque()
+        for seq in waiting:
+            seq.done = True
+            seq.emit(self._finish(seq, "abort"))
+
+    def _check_drained(self) -> None:
+        if self._drained is not None and not self._draining and not self._drained.done():
+            self._drained.set_result(None)
+
+    async def resume(self) -> None:
+        def job() -> None:
+            with self._cv:
+                self._paused = None
+                self._draining = set()
+                self._check_drained()
+        await self.on_worker(job)
+
+    async def set_weight_version(self, version: str) -> None:
+        """Label the weights: every token sampled from now on carries `version`."""
+        def job() -> None:
+            self._version = version
+        await self.on_worker(job)
+
+    async def reset_prefix_cache(self) -> None:
+        """Forget every cached prefix (running sequences keep their own KV)."""
+        def job() -> None:
+            with self._cv:
+                self._new_generation()
+        await self.on_worker(job)
+
+    def _new_generation(self) -> None:
+        """From now on no KV computed before is reused by another prompt (under the lock)."""
+        self._gen += 1
+        for slot in self._slots.clear():
+            self.llama.forget(slot)
+
+    async def load_weights(self, path: Path, version: str | None = None) -> str:
+        """Serve the weights of another GGUF of the same vocabulary, with no restart; its
+        version (`version`, default its content hash). Refused while `pause?mode=keep` holds
+        sequences (their KV lives in the old model's context)."""
+        fresh = await asyncio.to_thread(self._new_model, path)
+        label: str = version if version else await asyncio.to_thread(content_version, path)
+
+        def job() -> str:
+            with self._cv:
+                held = len(self._active) + len(self._waiting)
+            if self._active:
+                raise InvalidRequestError(
+                    f"{len(self._active)} sequences are running or frozen by pause?mode=keep: "
+                    "new GGUF weights start with an empty KV cache; pause with mode=abort or "
+                    "mode=wait first", param="weights_path")
+            why = self.llama.same_vocabulary(fresh)
+            if why is not None:
+                raise InvalidRequestError(
+                    f"{path.name} has another vocabulary ({why}): the served tokenizer "
+                    "version would no longer describe it", param="weights_path")
+            with self._model_lock:
+                old, self._llama = self._llama, fresh
+            assert old is not None
+            old.close()
+            with self._cv:
+                self._slots = Slots(self._n_parallel)
+                self._gen += 1
+                self._version = self._base_version = label
+            log.info("new weights from %s (version %s; %d sequences waiting)", path, label,
+                     held)
+            return label
+        try:
+            return str(await self.on_worker(job))
+        except BaseException:
+            if fresh is not self._llama:
+                fresh.close()
+            raise
+
+    async def load_lora(self, adapters: Sequence[tuple[Path, float]],
+                        version: str | None = None) -> str:
+        """Serve the model with these LoRA adapters (GGUF, with scales; none: the bare
+        model) from the next decode on; its version (`version`, default the model's with the
+        adapters' content hashes)."""
+        label = version or "+".join([self._base_version, *[
+            f"lora:{await asyncio.to_thread(content_version, p)}@{scale:g}"
+            for p, scale in adapters]])
+
+        def job() -> str:
+            try:
+                self.llama.set_lora(adapters)
+            except LoraError as exc:
+                raise InvalidRequestError(str(exc), param="lora_path") from exc
+            with self._cv:
+                self._new_generation()
+                self._version = label
+            return label
+        return str(await self.on_worker(job))

@@ -100,7 +100,7 @@ class _Decoder(ChunkDecoder):
                 stop_token = tokens.pop()
             events += tokens
             if reason is not None:
-                if reason not in ("stop", "length"):
+                if reason not in ("stop", "length", "abort"):  # abort: a pause?mode=abort
                     raise ServiceUnavailableError(f"vLLM ended the request: {reason}")
                 spans = choice.get("weight_versions")
                 self._finish = FinishEvent(reason, stop_token=stop_token, weight_versions=tuple(

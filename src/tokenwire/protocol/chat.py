@@ -238,7 +238,8 @@ class ChoiceLogprobs(ResponseModel):
     refusal: None = None
 
 
-FinishReason = Literal["stop", "length", "tool_calls", "content_filter"]
+FinishReason = Literal["stop", "length", "tool_calls", "content_filter", "abort"]
+""""abort": the engine was paused with `pause?mode=abort` (vLLM's finish reason)."""
 
 
 class ResponseMessage(ResponseModel):

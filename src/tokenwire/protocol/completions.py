@@ -126,7 +126,7 @@ class CompletionChoice(ResponseModel):
     text: str
     index: int
     logprobs: CompletionLogprobs | None = None
-    finish_reason: Literal["stop", "length", "content_filter"] | None = None
+    finish_reason: Literal["stop", "length", "content_filter", "abort"] | None = None
     token_ids: list[int] | None = None
     """vLLM dialect (`return_token_ids`): the ids the model sampled for this choice."""
     prompt_token_ids: list[int] | None = None

@@ -406,7 +406,8 @@ class Response(ResponseModel):
     object: Literal["response"] = "response"
     created_at: int
     completed_at: int | None = None
-    status: Literal["in_progress", "completed", "incomplete", "failed"]
+    status: Literal["in_progress", "completed", "incomplete", "failed", "cancelled"]
+    """"cancelled": the engine was paused with `pause?mode=abort` mid-response (vLLM's)."""
     error: ResponseErrorInfo | None = None
     incomplete_details: IncompleteDetails | None = None
     model: str

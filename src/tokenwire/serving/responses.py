@@ -261,7 +261,8 @@ class _Assembler:
     def _finish(self, u: ChoiceUpdate) -> list[ResponseEvent]:
         r = self.response
         reason = u.finish_reason
-        out = self._close("incomplete" if reason in ("length", "content_filter") else "completed")
+        out = self._close("incomplete" if reason in ("length", "content_filter", "abort")
+                          else "completed")
         r.usage = ResponseUsage.of(len(self._plan.prompt), u.n_sampled,
                                    u.cached_tokens)
         if reason == "length":
@@ -270,6 +271,8 @@ class _Assembler:
         elif reason == "content_filter":
             r.status, r.incomplete_details = "incomplete", IncompleteDetails(
                 reason="content_filter")
+        elif reason == "abort":  # a control-plane pause ended it (vLLM: "cancelled")
+            r.status = "cancelled"
         else:
             r.status, r.completed_at = "completed", int(time.time())
         kind = "response.completed" if r.status == "completed" else "response.incomplete"

@@ -1,0 +1,233 @@
+"""The embedded engine's control plane (vLLM's RL endpoints), on the real model: pausing in each
+of vLLM's modes, weight versions on every sample, new weights (LoRA adapters, a GGUF) without a
+restart, and no KV of old weights reused with new ones."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.conftest import TEST_MAX_MODEL_LEN
+from tests.engines.test_llamacpp import ids, prompt_of, run  # noqa: F401 - a fixture
+from tokenwire.engines._control import content_version
+from tokenwire.engines.base import ControlCall, FinishEvent, SamplingParams, TokenEvent, WeightSpan
+from tokenwire.engines.llamacpp import LlamaCppEngine
+from tokenwire.errors import InvalidRequestError, UnsupportedParameterError
+from tokenwire.rl.lora import write_lora_gguf
+
+pytestmark = [pytest.mark.anyio, pytest.mark.engine]
+
+
+
+@pytest.fixture(scope="module")
+def prompt(prompt_of) -> list[int]:  # type: ignore[no-untyped-def]
+    return prompt_of("Say only yes.")  # type: ignore[no-any-return]
+
+
+@pytest.fixture(scope="module")
+def story(prompt_of) -> list[int]:  # type: ignore[no-untyped-def]
+    return prompt_of("Tell me a story about a lighthouse.")  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def eng(model_path: Path) -> Iterator[LlamaCppEngine]:
+    """An engine of its own: these tests pause it and change its weights."""
+    engine = LlamaCppEngine(model_path, model_id="SmolLM2-135M-Instruct",
+                            max_model_len=TEST_MAX_MODEL_LEN, n_parallel=2)
+    asyncio.run(engine.start())
+    yield engine
+    asyncio.run(engine.aclose())
+
+
+@pytest.fixture(scope="module")
+def lora(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A rank-4 adapter on every attention and MLP projection of SmolLM2 (random, seeded):
+    enough to change what greedy decoding picks."""
+    rng = np.random.default_rng(0)
+    dims = {"self_attn.q_proj": (576, 576), "self_attn.k_proj": (576, 192),
+            "self_attn.v_proj": (576, 192), "self_attn.o_proj": (576, 576),
+            "mlp.gate_proj": (576, 1536), "mlp.up_proj": (576, 1536),
+            "mlp.down_proj": (1536, 576)}
+    pairs = {f"model.layers.{i}.{m}": (rng.normal(0, 0.03, (4, n_in)),
+                                       rng.normal(0, 0.03, (n_out, 4)))
+             for i in range(30) for m, (n_in, n_out) in dims.items()}
+    return write_lora_gguf(tmp_path_factory.mktemp("lora") / "adapter.gguf", pairs,
+                           alpha=8, n_head=9, n_head_kv=3)
+
+
+async def call(engine: LlamaCppEngine, op: str, body: object = None,
+               **query: str) -> object:
+    [answer] = await engine.control(ControlCall(op, tuple(query.items()), body))
+    assert answer.ok, answer
+    return answer.body
+
+
+async def test_every_sample_says_which_weights_made_it(eng: LlamaCppEngine, prompt: list[int],
+                                                       model_path: Path) -> None:
+    version = content_version(model_path)
+    assert await call(eng, "weight_info") == {"weight_version": version}
+    tokens, finish = await run(eng, prompt, max_tokens=200)
+    assert finish.reason == "stop" and finish.stop_token is not None
+    # the stop id is a sampled token too: the span covers it, as vLLM's do
+    assert finish.weight_versions == (WeightSpan(version, 0, len(tokens) + 1),)
+    assert await call(eng, "update_weight_version", {"new_version": "step-1"}) \
+        == {"success": True, "new_version": "step-1"}
+    assert await call(eng, "weight_info") == {"weight_version": "step-1"}
+    _, finish = await run(eng, prompt, max_tokens=5, ignore_eos=True)
+    assert finish.weight_versions == (WeightSpan("step-1", 0, 5),)
+
+
+async def collect(stream: object) -> tuple[list[int], FinishEvent]:
+    out: list[int] = []
+    async for ev in stream:  # type: ignore[attr-defined]
+        if isinstance(ev, TokenEvent):
+            out.append(ev.token_id)
+        elif isinstance(ev, FinishEvent):
+            return out, ev
+    raise AssertionError("no finish")
+
+
+async def first_tokens(stream: object, n: int) -> list[int]:
+    got: list[int] = []
+    while len(got) < n:
+        ev = await stream.__anext__()  # type: ignore[attr-defined]
+        assert isinstance(ev, TokenEvent), ev
+        got.append(ev.token_id)
+    return got
+
+
+async def test_pause_abort_ends_what_runs_and_holds_what_comes(eng: LlamaCppEngine, prompt: list[int]) -> None:
+    greedy = SamplingParams(max_tokens=300, temperature=0.0, ignore_eos=True)
+    stream = await eng.submit(prompt, greedy)
+    await first_tokens(stream, 3)
+    assert await call(eng, "pause", mode="abort") == {"status": "paused"}
+    rest, finish = await collect(stream)
+    assert finish.reason == "abort"
+    assert finish.weight_versions is not None and finish.weight_versions[0].start == 0
+    assert await call(eng, "is_paused") == {"is_paused": True}
+    # admitted while paused: it waits, and runs after resume
+    later = asyncio.ensure_future(run(eng, prompt, max_tokens=4, ignore_eos=True))
+    await asyncio.sleep(0.3)
+    assert not later.done() and eng.n_waiting == 1
+    assert await call(eng, "resume") == {"status": "resumed"}
+    tokens, finish = await later
+    assert finish.reason == "length" and len(tokens) == 4
+
+
+async def test_pause_wait_drains_then_holds(eng: LlamaCppEngine, prompt: list[int]) -> None:
+    stream = await eng.submit(prompt, SamplingParams(max_tokens=40, temperature=0.0,
+                                                     ignore_eos=True))
+    await first_tokens(stream, 1)
+    pausing = asyncio.ensure_future(call(eng, "pause", mode="wait"))
+    rest, finish = await collect(stream)
+    assert finish.reason == "length" and len(rest) == 39  # it ran to its end
+    assert await pausing == {"status": "paused"}
+    later = asyncio.ensure_future(run(eng, prompt, max_tokens=3, ignore_eos=True))
+    await asyncio.sleep(0.3)
+    assert not later.done()
+    await call(eng, "resume")
+    assert len((await later)[0]) == 3
+
+
+async def test_keep_freezes_mid_generation_and_a_new_version_shows_two_spans(
+        eng: LlamaCppEngine, prompt: list[int]) -> None:
+    reference, _ = await run(eng, prompt, max_tokens=30, ignore_eos=True)
+    stream = await eng.submit(prompt, SamplingParams(max_tokens=30, temperature=0.0,
+                                                     ignore_eos=True))
+    head = await first_tokens(stream, 5)
+    await call(eng, "pause", mode="keep")
+    await asyncio.sleep(0.2)
+    assert eng.n_active == 1  # frozen where it stood, not ended
+    await call(eng, "update_weight_version", {"new_version": "v2"})
+    await call(eng, "resume")
+    rest, finish = await collect(stream)
+    assert head + rest == ids(reference)  # the same weights: it went on exactly
+    assert finish.weight_versions is not None
+    first, second = finish.weight_versions
+    assert first.end == second.start and second.end == 30 and second.version == "v2"
+    assert 5 <= first.end <= 7  # a decode may have been in flight when the pause came
+
+
+async def test_a_lora_adapter_is_served_without_a_restart(eng: LlamaCppEngine, story: list[int],
+                                                          lora: Path) -> None:
+    def lps(tokens: list[TokenEvent]) -> list[float]:
+        return [t.logprob or 0.0 for t in tokens]
+
+    base, _ = await run(eng, story, max_tokens=20, ignore_eos=True, logprobs=0)
+    before = await call(eng, "weight_info")
+    await call(eng, "start_weight_update")
+    await call(eng, "update_weights", {"update_info": {"lora_path": str(lora)}})
+    await call(eng, "finish_weight_update", {"weight_version": "lora-1"})
+    tuned, finish = await run(eng, story, max_tokens=20, ignore_eos=True, logprobs=0)
+    # the adapter changes the distribution (measured: the first token's logprob by ~0.1)
+    assert abs(lps(tuned)[0] - lps(base)[0]) > 0.01
+    assert finish.weight_versions == (WeightSpan("lora-1", 0, 20),)
+    # KV computed by the old weights is not reused for the same prompt under new ones
+    assert finish.cached_tokens == 0
+    again, finish = await run(eng, story, max_tokens=20, ignore_eos=True, logprobs=0)
+    assert ids(again) == ids(tuned) and finish.cached_tokens == len(story) - 1
+    # no adapter: the bare model again, exactly
+    await call(eng, "update_weights", {"update_info": {"lora": []}})
+    bare, finish = await run(eng, story, max_tokens=20, ignore_eos=True, logprobs=0)
+    assert ids(bare) == ids(base) and lps(bare) == lps(base) and finish.cached_tokens == 0
+    assert await call(eng, "weight_info") == before
+    # unlabelled: the version names the model and the adapter by their content
+    await call(eng, "update_weights", {"update_info": {"lora_path": str(lora),
+                                                       "lora_scale": 0.5}})
+    version = (await call(eng, "weight_info"))["weight_version"]  # type: ignore[index]
+    assert version == f"{before['weight_version']}+lora:{content_version(lora)}@0.5"  # type: ignore[index]
+
+
+async def test_a_gguf_replaces_the_weights_when_nothing_runs(eng: LlamaCppEngine, prompt: list[int],
+                                                             model_path: Path,
+                                                             gemma_path: Path) -> None:
+    base, _ = await run(eng, prompt, max_tokens=10, ignore_eos=True)
+    stream = await eng.submit(prompt, SamplingParams(max_tokens=30, temperature=0.0,
+                                                     ignore_eos=True))
+    await first_tokens(stream, 2)
+    await call(eng, "pause", mode="keep")
+    reload = ControlCall("collective_rpc", (), {"method": "reload_weights",
+                                                "kwargs": {"weights_path": str(model_path)}})
+    with pytest.raises(InvalidRequestError, match="frozen by pause"):
+        await eng.control(reload)
+    await call(eng, "pause", mode="abort")
+    assert (await collect(stream))[1].reason == "abort"
+    assert await call(eng, "collective_rpc", reload.body) == {"results": [None]}
+    with pytest.raises(InvalidRequestError, match="another vocabulary") as info:
+        await call(eng, "update_weights", {"update_info": {"weights_path": str(gemma_path)}})
+    assert info.value.param == "weights_path"
+    await call(eng, "resume")
+    again, finish = await run(eng, prompt, max_tokens=10, ignore_eos=True)
+    assert ids(again) == ids(base) and finish.cached_tokens == 0
+    assert finish.weight_versions == (WeightSpan(content_version(model_path), 0, 10),)
+
+
+@pytest.mark.parametrize(("op", "body", "param"), [
+    ("update_weights", {"update_info": {"lora_path": "/nonexistent.gguf"}},
+     "update_info.lora_path"),
+    ("update_weights", {"update_info": {}}, "update_info"),
+    ("update_weights", {"update_info": {"lora": [{"path": 3}]}}, "update_info.lora[0].path"),
+    ("update_weight_version", {}, "new_version"),
+    ("collective_rpc", {"method": "save_sharded_state"}, "method"),
+    ("sleep", None, "sleep"),
+])
+async def test_bad_calls_are_refused_by_name(eng: LlamaCppEngine, prompt: list[int], op: str, body: object,
+                                             param: str) -> None:
+    with pytest.raises(InvalidRequestError) as info:
+        await eng.control(ControlCall(op, (), body))
+    assert info.value.param == param
+    if op == "sleep":
+        assert isinstance(info.value, UnsupportedParameterError)
+    # and the engine still serves
+    assert len((await run(eng, prompt, max_tokens=2, ignore_eos=True))[0]) == 2
+
+
+async def test_reset_prefix_cache(eng: LlamaCppEngine, prompt: list[int]) -> None:
+    await run(eng, prompt, max_tokens=2)
+    assert (await run(eng, prompt, max_tokens=2))[1].cached_tokens == len(prompt) - 1
+    assert await call(eng, "reset_prefix_cache") == {"success": True}
+    assert (await run(eng, prompt, max_tokens=2))[1].cached_tokens == 0
