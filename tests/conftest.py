@@ -18,9 +18,9 @@ from tests.fakes import MODEL, FakeEngine
 from tests.upstreams import (
     Upstream,
     free_port,
+    hf_model_dir,
     llama_server,
     tokenwire_upstream,
-    vllm_model_dir,
     vllm_server,
 )
 from tokenwire.config import Settings, default_model_path
@@ -167,7 +167,7 @@ def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer
         gateway = {"engine": "llama-server"}
     elif TEST_UPSTREAM == "vllm":  # as a user runs it: the directory vLLM serves, pinned
         upstream = vllm_server(procs)
-        gateway = {"engine": "vllm", "tokenizer": vllm_model_dir()}
+        gateway = {"engine": "vllm", "tokenizer": hf_model_dir()}
     elif TEST_UPSTREAM:
         raise ValueError(f"TOKENWIRE_TEST_UPSTREAM={TEST_UPSTREAM!r}: tokenwire, llama-server "
                          "or vllm")

@@ -23,7 +23,8 @@ from tests.e2e.test_gateway import (
     stream_ids,
     wait_for,
 )
-from tests.upstreams import Upstream, vllm_model_dir, vllm_server
+from tests.e2e.test_rl_loop import check_rows, run_loop
+from tests.upstreams import Upstream, hf_model_dir, vllm_server
 from tokenwire.tokenizers.hf import HFTokenizer
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
@@ -91,7 +92,7 @@ def test_what_vllm_itself_returns_for_the_same_ids(pair: list[Upstream], tmp_pat
     """vLLM's own chat (return_token_ids) and render: the same prompt ids, the same greedy ids;
     the one documented difference is where the end-of-turn id goes (vLLM: last in token_ids;
     tokenwire: stop_reason). A version pinned against the GGUF is this directory's too."""
-    hf = vllm_model_dir()
+    hf = hf_model_dir()
     with gateway(tmp_path, engine="vllm", upstream=[pair[1].url], tokenizer=hf) as http, \
             httpx.Client(base_url=pair[1].url, timeout=300) as vllm:
         card = http.get("/v1/models").json()["data"][0]
@@ -187,6 +188,27 @@ def test_one_control_call_for_the_fleet(pair: list[Upstream], tmp_path: Path) ->
         assert direct(pair[0], "GET", "/is_paused") == {"is_paused": True}
         assert http.post("/resume", headers=ADMIN).status_code == 200
         assert [direct(u, "GET", "/is_paused") for u in pair] == [{"is_paused": False}] * 2
+
+
+def test_the_rl_loop_through_the_gateway(pair: list[Upstream], tmp_path: Path) -> None:
+    """docs/examples/rl_loop.py in front of two real vLLM replicas: rollouts through the
+    gateway, the trained weights merged and pushed to both replicas each step (vLLM's
+    `reload_weights` through `collective_rpc`, what its CPU build can do), every sample made by
+    the version the trainer pushed."""
+    with gateway(tmp_path, engine="vllm", upstream=[u.url for u in pair], health_interval=0.3,
+                 api_keys=["user"], admin_keys=["admin"]) as http:
+        wait_for(lambda: all(r["healthy"] for r in http.get(
+            "/health", headers=USER).json()["models"][MODEL]["replicas"]), 120)
+        rows = run_loop(str(http.base_url).rstrip("/"), tmp_path, "--steps", "2",
+                        "--prompts", "2", "--group", "4", "--push", "reload",
+                        "--api-key", "admin")
+        check_rows(rows, 2)
+        assert [direct(u, "GET", "/weight_info") for u in pair] == \
+            [{"weight_version": "step-2"}] * 2
+        g = http.post("/inference/v1/generate", headers=USER, json={
+            "token_ids": [1, 4093, 198, 19556, 2, 198, 1, 520, 9531, 198],
+            "sampling_params": {"max_tokens": 4, "temperature": 0}}).json()
+        assert g["choices"][0]["weight_versions"][0]["version"] == "step-2", g
 
 
 def test_a_stream_survives_the_loss_of_its_replica(pair: list[Upstream],

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import TEST_MAX_MODEL_LEN
-from tests.engines.test_llamacpp import ids, prompt_of, run  # noqa: F401 - a fixture
+from tests.engines.test_llamacpp import ids, run
 from tokenwire.engines._control import content_version
 from tokenwire.engines.base import ControlCall, FinishEvent, SamplingParams, TokenEvent, WeightSpan
 from tokenwire.engines.llamacpp import LlamaCppEngine
@@ -100,7 +100,8 @@ async def first_tokens(stream: object, n: int) -> list[int]:
     return got
 
 
-async def test_pause_abort_ends_what_runs_and_holds_what_comes(eng: LlamaCppEngine, prompt: list[int]) -> None:
+async def test_pause_abort_ends_what_runs_and_holds_what_comes(eng: LlamaCppEngine,
+                                                               prompt: list[int]) -> None:
     greedy = SamplingParams(max_tokens=300, temperature=0.0, ignore_eos=True)
     stream = await eng.submit(prompt, greedy)
     await first_tokens(stream, 3)
@@ -215,8 +216,8 @@ async def test_a_gguf_replaces_the_weights_when_nothing_runs(eng: LlamaCppEngine
     ("collective_rpc", {"method": "save_sharded_state"}, "method"),
     ("sleep", None, "sleep"),
 ])
-async def test_bad_calls_are_refused_by_name(eng: LlamaCppEngine, prompt: list[int], op: str, body: object,
-                                             param: str) -> None:
+async def test_bad_calls_are_refused_by_name(eng: LlamaCppEngine, prompt: list[int], op: str,
+                                             body: object, param: str) -> None:
     with pytest.raises(InvalidRequestError) as info:
         await eng.control(ControlCall(op, (), body))
     assert info.value.param == param

@@ -20,7 +20,7 @@ import pytest
 from tokenwire.config import default_model_path
 
 __all__ = ["VLLM_BLOCK", "Upstream", "free_port", "hf_tokenizer_dir", "llama_server", "sglang_shim",
-           "tokenwire_upstream", "vllm_model_dir", "vllm_server"]
+           "tokenwire_upstream", "hf_model_dir", "vllm_server"]
 
 
 def free_port() -> int:
@@ -131,13 +131,13 @@ def _vllm_python() -> Path:
     return path
 
 
-def vllm_model_dir() -> Path:
+def hf_model_dir() -> Path:
     """SmolLM2 as a Hugging Face directory, made from the GGUF by
-    scripts/hf-model-from-gguf.py (`make test` sets TOKENWIRE_VLLM_MODEL)."""
-    path = Path(os.environ.get("TOKENWIRE_VLLM_MODEL", "")).expanduser()
+    scripts/hf-model-from-gguf.py (`make test` sets TOKENWIRE_HF_MODEL)."""
+    path = Path(os.environ.get("TOKENWIRE_HF_MODEL", "")).expanduser()
     if not (path / "config.json").is_file():
         pytest.fail("no Hugging Face model directory for vLLM: `make test` makes one "
-                    "(scripts/hf-model-from-gguf.py) and sets TOKENWIRE_VLLM_MODEL",
+                    "(scripts/hf-model-from-gguf.py) and sets TOKENWIRE_HF_MODEL",
                     pytrace=False)
     return path
 
@@ -156,7 +156,7 @@ def vllm_server(tmp: Path, *, port: int | None = None, max_model_len: int = 8192
     port = port or free_port()
     up = Upstream(
         "vllm", [str(_vllm_python()), "-m", "vllm.entrypoints.openai.api_server",
-                 "--model", str(vllm_model_dir()), "--served-model-name", VLLM_MODEL_NAME,
+                 "--model", str(hf_model_dir()), "--served-model-name", VLLM_MODEL_NAME,
                  "--host", "127.0.0.1", "--port", str(port), "--enable-scale-out",
                  "--enforce-eager", "--enable-prompt-tokens-details",
                  # the prefix cache reuses whole blocks: the CPU default (128) would hold none

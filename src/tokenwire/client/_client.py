@@ -22,6 +22,7 @@ from ..errors import APIConnectionError
 from ..protocol.chat import ChatCompletion, ChatCompletionChunk
 from ..protocol.common import ModelCard, ModelList
 from ..protocol.completions import Completion, CompletionChunk
+from ..protocol.render import RenderResponse
 from ..protocol.storage import Document, DocumentCreated, DocumentSearchResults, ReadFormat
 from ..protocol.tokenize import DetokenizeResponse, TokenizeResponse, TokenizerInfo, TokenizerList
 from ..tokenizers.base import VERSION_RE
@@ -29,6 +30,7 @@ from ..tokenizers.hf import HFTokenizer
 from ._common import (
     chat_body,
     completion_body,
+    control_target,
     document_body,
     raise_for_error,
     search_body,
@@ -201,6 +203,25 @@ class Client(_Base):
             return Stream(r, ChatCompletionChunk)
         return self._parse(r, ChatCompletion)
 
+    def render(self, model: str, messages: Sequence[Any], **params: Any) -> RenderResponse:
+        """The prompt a chat request with these messages runs with, where each message went,
+        and `sampled_mask`: which ids the model sampled (the loss mask of RL training)."""
+        body = self._with_version({"model": model, "messages": wire_messages(messages),
+                                   **params})
+        return self._parse(self._send("POST", "chat/completions/render", json=body),
+                           RenderResponse)
+
+    # -- the control plane (admin keys only) --------------------------------------------------
+
+    def control(self, op: str, body: dict[str, Any] | None = None,
+                **query: Any) -> dict[str, Any]:
+        """A control-plane call for every replica at once (vLLM's RL endpoints by name:
+        `pause` with `mode=`, `resume`, `update_weights`, `update_weight_version`,
+        `weight_info`, `reset_prefix_cache`, ...); vLLM's answer, plus `replicas`."""
+        method, url = control_target(self._http.base_url, op, query)
+        result: dict[str, Any] = self._send(method, url, json=body).json()
+        return result
+
     @overload
     def complete(self, model: str, prompt: str | Sequence[Any], *,
                  stream: Literal[False] = ..., **params: Any) -> Completion: ...
@@ -341,6 +362,21 @@ class AsyncClient(_Base):
         if stream:
             return AsyncStream(r, ChatCompletionChunk)
         return self._parse(r, ChatCompletion)
+
+    async def render(self, model: str, messages: Sequence[Any],
+                     **params: Any) -> RenderResponse:
+        """See `Client.render`."""
+        body = await self._with_version({"model": model, "messages": wire_messages(messages),
+                                         **params})
+        return self._parse(await self._send("POST", "chat/completions/render", json=body),
+                           RenderResponse)
+
+    async def control(self, op: str, body: dict[str, Any] | None = None,
+                      **query: Any) -> dict[str, Any]:
+        """See `Client.control`."""
+        method, url = control_target(self._http.base_url, op, query)
+        result: dict[str, Any] = (await self._send(method, url, json=body)).json()
+        return result
 
     @overload
     async def complete(self, model: str, prompt: str | Sequence[Any], *,

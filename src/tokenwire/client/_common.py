@@ -13,10 +13,12 @@ import httpx
 from pydantic import BaseModel
 
 from ..errors import error_from_body
+from ..protocol.control import CONTROL_OPS
 
 __all__ = [
     "DONE",
     "chat_body",
+    "control_target",
     "completion_body",
     "decode_sse_line",
     "raise_for_error",
@@ -68,6 +70,15 @@ def wire_messages(messages: Sequence[Any]) -> list[dict[str, Any]]:
 
 def chat_body(model: str, messages: Sequence[Any], params: dict[str, Any]) -> dict[str, Any]:
     return {"model": model, "messages": wire_messages(messages), **TOKEN_DEFAULTS, **params}
+
+
+def control_target(base_url: httpx.URL, op: str, query: Mapping[str, Any]) -> tuple[str, str]:
+    """(method, absolute URL) of a control call: vLLM's paths, at the server's root (beside
+    `/v1`, not under it)."""
+    method, path = CONTROL_OPS[op]
+    root = str(base_url).rstrip("/").removesuffix("/v1")
+    params = {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in query.items()}
+    return method, str(httpx.URL(root + path, params=params))
 
 
 def completion_body(model: str, prompt: Any, params: dict[str, Any]) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from ..errors import (
     InvalidTokenIdError,
     ServiceUnavailableError,
 )
+from ..protocol.control import CONTROL_OPS
 
 __all__ = [
     "Engine",
@@ -275,26 +276,6 @@ def check_prompt(prompt: Sequence[int], info: EngineInfo) -> None:
             f"a prompt of {len(prompt)} tokens leaves no room in {info.max_model_len}")
     if min(prompt) < 0 or max(prompt) >= info.vocab_size:
         raise InvalidTokenIdError("a prompt id is outside the vocabulary")
-
-
-CONTROL_OPS: dict[str, tuple[str, str]] = {
-    "pause": ("POST", "/pause"),
-    "resume": ("POST", "/resume"),
-    "is_paused": ("GET", "/is_paused"),
-    "update_weight_version": ("POST", "/update_weight_version"),
-    "weight_info": ("GET", "/weight_info"),
-    "reset_prefix_cache": ("POST", "/reset_prefix_cache"),
-    "sleep": ("POST", "/sleep"),
-    "wake_up": ("POST", "/wake_up"),
-    "is_sleeping": ("GET", "/is_sleeping"),
-    "init_weight_transfer_engine": ("POST", "/init_weight_transfer_engine"),
-    "start_weight_update": ("POST", "/start_weight_update"),
-    "update_weights": ("POST", "/update_weights"),
-    "finish_weight_update": ("POST", "/finish_weight_update"),
-    "collective_rpc": ("POST", "/collective_rpc"),
-}
-"""The control plane: vLLM 0.32's RL and dev endpoints (`vllm/entrypoints/rl/online/
-api_router.py`, `vllm/entrypoints/serve/dev/`), by name: (method, path)."""
 
 
 @dataclass(frozen=True)

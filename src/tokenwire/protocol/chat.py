@@ -253,7 +253,7 @@ class ResponseMessage(ResponseModel):
 
 
 class ChatChoice(ResponseModel):
-    omit_if_none = frozenset({"token_ids", "stop_reason", "weight_versions"})
+    omit_if_none = frozenset({"token_ids", "stop_reason", "stop_logprob", "weight_versions"})
     index: int
     message: ResponseMessage
     logprobs: ChoiceLogprobs | None = None
@@ -262,9 +262,13 @@ class ChatChoice(ResponseModel):
     """vLLM dialect (`return_token_ids`): the ids the model sampled."""
     stop_reason: int | str | None = None
     """vLLM dialect: the end-of-generation id or the stop string that ended the choice."""
+    stop_logprob: float | None = None
+    """With `logprobs` and ids asked for: the logprob of the id in `stop_reason`, when the model
+    sampled it (`token_ids + [stop_reason]` with `logprobs + [stop_logprob]` is vLLM's
+    `token_ids` and logprobs: what a trainer trains on, the end of turn included)."""
     weight_versions: list[WeightVersionSpan] | None = None
-    """Which weights sampled which output tokens (vLLM 0.32's spans over output indexes),
-    where the engine says."""
+    """Which weights sampled which output tokens (vLLM 0.32's spans over output indexes, the
+    stop id's included), where the engine says."""
 
 
 class _TokenNative(ResponseModel):
@@ -312,13 +316,14 @@ class ChatDelta(ResponseModel):
 
 
 class ChatChunkChoice(ResponseModel):
-    omit_if_none = frozenset({"token_ids", "stop_reason", "weight_versions"})
+    omit_if_none = frozenset({"token_ids", "stop_reason", "stop_logprob", "weight_versions"})
     index: int
     delta: ChatDelta
     logprobs: ChoiceLogprobs | None = None
     finish_reason: FinishReason | None = None
     token_ids: list[int] | None = None
     stop_reason: int | str | None = None
+    stop_logprob: float | None = None
     weight_versions: list[WeightVersionSpan] | None = None
     """On the finishing chunk: the whole output's spans (as vLLM sends them)."""
 

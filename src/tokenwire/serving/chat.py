@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config import Settings
+from ..engines.base import TokenEvent
 from ..errors import InvalidRequestError, UnsupportedParameterError
 from ..protocol.chat import (
     ChatChoice,
@@ -365,6 +366,7 @@ class ChatService(GenerationService):
                 finish_reason=plan.finish_reason(a.finish_reason, parser),
                 token_ids=ids if req.return_token_ids else None,
                 stop_reason=plan.stop_reason(a.stop_reason) if plan.shows_ids else None,
+                stop_logprob=_stop_logprob(req.logprobs and plan.shows_ids, a.stop_event),
                 weight_versions=wire_spans(a.weight_versions),
             ))
         scored = acc[0].prompt_logprobs if req.prompt_logprobs is not None else None
@@ -460,6 +462,8 @@ class ChatService(GenerationService):
                         finish_reason=plan.finish_reason(u.finish_reason, parser),
                         token_ids=rest if req.return_token_ids and rest else None,
                         stop_reason=plan.stop_reason(u.stop_reason) if plan.shows_ids else None,
+                        stop_logprob=_stop_logprob(req.logprobs and plan.shows_ids,
+                                                   u.stop_event),
                         weight_versions=wire_spans(u.weight_versions),
                     )])
                     if keep is None:
@@ -478,3 +482,8 @@ class ChatService(GenerationService):
                 yield chunk
         if req.stream_options is not None and req.stream_options.include_usage:
             yield ChatCompletionChunk(**env, choices=[], usage=usage)
+
+
+def _stop_logprob(shown: bool | None, stop: TokenEvent | None) -> float | None:
+    """The sampled stop id's logprob, where the choice shows ids and logprobs."""
+    return stop.logprob if shown and stop is not None else None

@@ -70,7 +70,7 @@ class Guard:
             raise InvalidRequestError(f"at most {self._settings.max_messages} messages per "
                                       "request", param="messages", code="invalid_value")
         check_tools(tools, messages)
-        spans = message_id_spans(messages)
+        spans = message_id_spans(messages, space.client.tokenizer.special_ids)
         check_id_range(spans, space.client.tokenizer)
         warnings = self.check_ids(spans, space.client.tokenizer)
         if self.reads_input:  # else no content is decoded for it

@@ -21,7 +21,8 @@ from .template import RESERVED, RESERVED_VARIABLES, ChatTemplate, TemplateMessag
 from .tokens import IdSpan, TokenSpace
 from .toolformat import HERMES
 
-__all__ = ["Conversation", "check_messages", "check_tools", "drift_warnings", "message_id_spans",
+__all__ = ["Conversation", "check_messages", "check_tools", "drift_warnings", "ends_turn",
+           "message_id_spans",
            "message_texts", "render_messages", "template_variables", "tool_texts"]
 
 
@@ -50,14 +51,24 @@ def check_messages(messages: Sequence[ChatMessage]) -> None:
                                       param=f"messages[{i}].content", code="invalid_value")
 
 
-def message_id_spans(messages: Sequence[ChatMessage]) -> list[IdSpan]:
-    """Every run of ids the messages carry, with its param path. Documents must have been
-    spliced in by then (only chat and its render read them from storage)."""
+def ends_turn(m: ChatMessage, special: frozenset[int]) -> bool:
+    """An assistant message whose `token_ids` end with the control id the model sampled to end
+    its turn (vLLM's `token_ids` keep it): the render puts it where the template closes the
+    turn, and its `sampled_mask` marks it; anywhere else it is refused."""
+    return m.role == "assistant" and bool(m.token_ids) and m.token_ids[-1] in special  # type: ignore[index]
+
+
+def message_id_spans(messages: Sequence[ChatMessage],
+                     special: frozenset[int] = frozenset()) -> list[IdSpan]:
+    """Every run of ids the messages carry, with its param path (an assistant's sampled end of
+    turn, `ends_turn` with the `special` ids, left out: the render checks it). Documents must
+    have been spliced in by then (only chat and its render read them from storage)."""
     spans = []
     for i, m in enumerate(messages):
         mine = m.role == "assistant"
         if m.token_ids is not None:
-            spans.append(IdSpan(f"messages[{i}].token_ids", m.token_ids, mine))
+            ids = m.token_ids[:-1] if ends_turn(m, special) else m.token_ids
+            spans.append(IdSpan(f"messages[{i}].token_ids", ids, mine))
             continue
         c = m.content
         for j, b in enumerate(c if isinstance(c, list) else [c]):
@@ -88,6 +99,8 @@ def _content_ids(m: ChatMessage, space: TokenSpace) -> list[int]:
             return enc(space.client.tokenizer.decode(ids))
 
     if m.token_ids is not None:
+        if ends_turn(m, space.client.tokenizer.special_ids):
+            return from_ids(m.token_ids[:-1])  # its end of turn: `_turn_end`
         return from_ids(m.token_ids)
     c = m.content
     if isinstance(c, str):
@@ -230,14 +243,44 @@ def render_messages(messages: Sequence[ChatMessage], space: TokenSpace,
         r.spans = [(k, a, min(b, cut)) for k, a, b in r.spans if a < cut]
     sampled = [0] * len(r.ids)
     spans = []
-    for k, start, end in r.spans:
+    ended = {i: _turn_end(messages[i], i, space) for i in set(index) if i >= 0}
+    last_span = {index[k]: n for n, (k, _, _) in enumerate(r.spans)}
+    for n, (k, start, end) in enumerate(r.spans):
         i = index[k]
         if i < 0:
             continue
+        closer = ended[i]
+        if closer is not None and last_span[i] == n:
+            if end >= len(r.ids) or r.ids[end] != closer:
+                raise InvalidRequestError(
+                    f"messages[{i}].token_ids end with the control id {closer}, but the "
+                    "chat template does not close the turn with it there"
+                    + (" (a message that ends its turn cannot be continued)"
+                       if continue_final and end >= len(r.ids) else ""),
+                    param=f"messages[{i}].token_ids[{len(messages[i].token_ids or []) - 1}]",
+                    code="invalid_value")
+            end += 1  # the template's end of turn is the id the model sampled
         spans.append((i, start, end))
         if messages[i].token_ids is not None and messages[i].role == "assistant":
             sampled[start:end] = [1] * (end - start)
     return Conversation(r.ids, spans, sampled)
+
+
+def _turn_end(m: ChatMessage, i: int, space: TokenSpace) -> int | None:
+    """The sampled end-of-turn id an assistant message's `token_ids` end with (`ends_turn`),
+    in the model's ids; None if they end otherwise."""
+    if not ends_turn(m, space.client.tokenizer.special_ids):
+        return None
+    sent = m.token_ids[-1]  # type: ignore[index]
+    if not space.translate:
+        return sent
+    name = space.client.tokenizer.token_str(sent)
+    mapped = space.model.tokenizer.special_tokens.get(name)
+    if mapped is None:
+        raise InvalidRequestError(
+            f"messages[{i}].token_ids end with the control token {name!r}, which the model's "
+            "tokenizer does not have", param=f"messages[{i}].token_ids", code="invalid_value")
+    return mapped
 
 
 def _extras(m: ChatMessage, template: ChatTemplate) -> dict[str, Any]:
@@ -314,7 +357,8 @@ def _drift(messages: Sequence[ChatMessage], space: TokenSpace,
         elif m.tool_calls or text is None:
             continue  # no text to compare (ids only, or calls a template renders itself)
         canonical = enc(text)
-        sent = m.token_ids
+        sent = m.token_ids[:-1] if ends_turn(m, space.client.tokenizer.special_ids) \
+            else m.token_ids
         if canonical == sent:
             continue
         pos = next((k for k, (a, b) in enumerate(zip(sent, canonical, strict=False)) if a != b),

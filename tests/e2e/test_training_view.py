@@ -1,0 +1,81 @@
+"""What a trainer needs of a sample, on the real model and a real server (every pass): the end
+of turn the model sampled is part of the sample, with its logprob; fed back in an assistant's
+`token_ids`, the render's mask marks it; and every choice names the weights that sampled it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from tests.conftest import TEST_UPSTREAM, LiveServer
+
+pytestmark = pytest.mark.engine
+
+MODEL = "SmolLM2-135M-Instruct"
+VERSION = "smollm2-49k"
+IM_END, IM_START = 2, 1
+
+
+def turn(live_server: LiveServer, messages: list[Any]) -> tuple[Any, Any]:
+    client = openai.OpenAI(base_url=live_server.base_url, api_key="none")
+    r = client.chat.completions.create(
+        model=MODEL, messages=messages, temperature=0, max_tokens=40, logprobs=True,
+        extra_body={"return_token_ids": True, "tokenizer_version": VERSION})
+    return r, r.choices[0]
+
+
+def test_the_stop_id_is_part_of_the_sample(live_server: LiveServer) -> None:
+    messages = [{"role": "user", "content": "Say only yes."}]
+    r, c = turn(live_server, messages)
+    extra = c.model_extra
+    assert c.finish_reason == "stop" and extra["stop_reason"] == IM_END
+    lps = [t.logprob for t in c.logprobs.content]
+    assert len(lps) == len(extra["token_ids"])
+    assert extra["stop_logprob"] <= 0.0
+    if TEST_UPSTREAM != "llama-server":  # llama-server labels no weights
+        [span] = extra["weight_versions"]
+        assert (span["start"], span["end"]) == (0, len(extra["token_ids"]) + 1)
+    # vLLM's generate keeps the stop id in its ids and logprobs: the same sample
+    with httpx.Client(base_url=live_server.url, timeout=60) as http:
+        gen = http.post("/inference/v1/generate", json={
+            "model": MODEL, "token_ids": r.model_extra["prompt_token_ids"],
+            "sampling_params": {"temperature": 0, "max_tokens": 40, "logprobs": 0}}).json()
+    g = gen["choices"][0]
+    assert g["token_ids"] == [*extra["token_ids"], IM_END]
+    last = g["logprobs"]["content"][-1]
+    assert last["token_id"] == IM_END
+    assert last["logprob"] == pytest.approx(extra["stop_logprob"], abs=0.05)
+
+
+def test_the_mask_marks_the_sampled_end_of_turn(live_server: LiveServer) -> None:
+    first = [{"role": "user", "content": "Say only yes."}]
+    _, c = turn(live_server, first)
+    sampled = [*c.model_extra["token_ids"], c.model_extra["stop_reason"]]
+    history = [*first, {"role": "assistant", "content": c.message.content,
+                        "token_ids": sampled},
+               {"role": "user", "content": "Say only no."}]
+    body = {"model": MODEL, "tokenizer_version": VERSION, "messages": history,
+            "check_drift": True}
+    with httpx.Client(base_url=live_server.url, timeout=60) as http:
+        with_end = http.post("/v1/chat/completions/render", json=body).json()
+        history[1] = {**history[1], "token_ids": sampled[:-1]}
+        without = http.post("/v1/chat/completions/render", json=body).json()
+        # the end of turn anywhere but where the template closes the turn is refused
+        history[1] = {**history[1], "token_ids": [*sampled[:-1], IM_START]}
+        bad = http.post("/v1/chat/completions/render", json=body)
+    ids, mask = with_end["token_ids"], with_end["sampled_mask"]
+    assert ids == without["token_ids"]  # the same prompt: the sampled id is the template's
+    assert "warnings" not in with_end  # not a drift: the end of turn is no text
+    [span] = [s for s in with_end["spans"] if s["message_index"] == 1]
+    assert ids[span["start"]:span["end"]] == sampled
+    assert mask == [1 if span["start"] <= k < span["end"] else 0 for k in range(len(ids))]
+    # without the sampled id, the template's end of turn is structure (0)
+    assert without["sampled_mask"][span["end"] - 1] == 0
+    assert bad.status_code == 400
+    assert bad.json()["error"]["param"] == f"messages[1].token_ids[{len(sampled) - 1}]"
+    # chat runs the same prompt
+    _, c2 = turn(live_server, history[:1] + [{**history[1], "token_ids": sampled}] + history[2:])
+    assert c2.finish_reason in ("stop", "length")
