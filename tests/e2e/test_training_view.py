@@ -20,10 +20,10 @@ IM_END, IM_START = 2, 1
 
 
 def turn(live_server: LiveServer, messages: list[Any]) -> tuple[Any, Any]:
-    client = openai.OpenAI(base_url=live_server.base_url, api_key="none")
-    r = client.chat.completions.create(
-        model=MODEL, messages=messages, temperature=0, max_tokens=40, logprobs=True,
-        extra_body={"return_token_ids": True, "tokenizer_version": VERSION})
+    with openai.OpenAI(base_url=live_server.base_url, api_key="none") as client:
+        r = client.chat.completions.create(
+            model=MODEL, messages=messages, temperature=0, max_tokens=40, logprobs=True,
+            extra_body={"return_token_ids": True, "tokenizer_version": VERSION})
     return r, r.choices[0]
 
 
