@@ -3,9 +3,12 @@ requests with shared system prompts, multi-turn histories and cancellations, sen
 (in process, 4 slots), each finished one compared with a cold full prefill of its prompt
 (`prompt_logprobs` requests reuse no cache). llama.cpp is not batch-invariant (docs/engines.md,
 "Exactness"); this measures by how much, and `--no-prefix-cache` shows what switching it off buys.
+`--deterministic` runs the engine's deterministic mode (each sequence in passes of its own, no
+cached prefix) and compares each request with the same request run alone on the idle engine; the
+tokens per second of the concurrent phase say what the mode costs.
 
     .venv/bin/python bench/exactness.py [--seed 1] [--requests 40] [--sequential]
-                                        [--no-prefix-cache]
+                                        [--no-prefix-cache] [--deterministic]
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import random
+import time
 from collections.abc import Sequence
 
 from tokenwire.config import Settings
@@ -65,9 +69,11 @@ async def main(args: argparse.Namespace) -> None:
     jobs = [(tuple(tok.encode(conversation(rng), parse_special=True)), rng.randint(1, 12),
              rng.choice([None, None, None, rng.randint(1, 3)])) for _ in range(args.requests)]
     engine = LlamaCppEngine(settings.model_path(), max_model_len=512, n_parallel=4,
-                            prefix_cache=not args.no_prefix_cache)
+                            prefix_cache=not args.no_prefix_cache,
+                            deterministic=args.deterministic)
     await engine.start()
     try:
+        start = time.perf_counter()
         if args.sequential:
             results = [await run(engine, p, n, cancel_after=c) for p, n, c in jobs]
         else:
@@ -76,12 +82,15 @@ async def main(args: argparse.Namespace) -> None:
                 return await run(engine, p, n, cancel_after=c)
 
             results = await asyncio.gather(*(later(*j) for j in jobs))
+        elapsed = time.perf_counter() - start
+        sampled = sum(len(r) for r in results if r is not None)
         moved, ids_changed, finished, worst = 0, 0, 0, 0.0
         for (p, n, _), got in zip(jobs, results, strict=True):
             if got is None:
                 continue
             finished += 1
-            ref = await run(engine, p, n, scored=True)
+            # alone on the idle engine: scored (no cache) unless the mode itself is the claim
+            ref = await run(engine, p, n, scored=not args.deterministic)
             assert ref is not None
             ids_changed += [t for t, _ in got] != [t for t, _ in ref]
             d = max(abs(a - b) for (_, a), (_, b) in zip(got, ref, strict=False))
@@ -92,7 +101,9 @@ async def main(args: argparse.Namespace) -> None:
     print(f"{finished} finished requests: logprobs moved (> 1e-3) on {moved}, greedy ids "
           f"changed on {ids_changed}; largest move {worst:.3f} nats "
           f"({'sequential' if args.sequential else 'concurrent'}, prefix cache "
-          f"{'off' if args.no_prefix_cache else 'on'})")
+          f"{'off' if args.no_prefix_cache or args.deterministic else 'on'}"
+          f"{', deterministic' if args.deterministic else ''}); {sampled} tokens in "
+          f"{elapsed:.1f} s")
 
 
 if __name__ == "__main__":
@@ -101,4 +112,5 @@ if __name__ == "__main__":
     ap.add_argument("--requests", type=int, default=40)
     ap.add_argument("--sequential", action="store_true")
     ap.add_argument("--no-prefix-cache", action="store_true")
+    ap.add_argument("--deterministic", action="store_true")
     asyncio.run(main(ap.parse_args()))

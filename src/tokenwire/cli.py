@@ -36,6 +36,7 @@ def _serve(args: argparse.Namespace) -> int:
         "tokenizer": args.tokenizer, "upstream_model": args.upstream_model,
         "prefix_cache": args.prefix_cache, "default_max_tokens": args.default_max_tokens,
         "n_threads": args.n_threads, "n_batch": args.n_batch,
+        "deterministic": args.deterministic,
     }.items() if v is not None}
     try:
         settings = Settings(**overrides)
@@ -262,6 +263,9 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--no-prefix-cache", dest="prefix_cache", action="store_const", const=False,
                    help="prefill every prompt in full (llama.cpp's logprobs depend on how a "
                    "prompt reached the KV cache; see docs/engines.md)")
+    s.add_argument("--deterministic", action="store_const", const=True,
+                   help="embedded engine: each sequence decoded alone, no cached prefix, so "
+                   "its output does not depend on what else runs (costs the batching)")
     s.set_defaults(func=_serve)
 
     def remote(sp: argparse.ArgumentParser) -> None:

@@ -209,6 +209,12 @@ class Settings(BaseSettings):
         True, description="Embedded engine: reuse the KV cells of earlier prompts (off: every "
         "prompt is prefilled in full, so its numbers are those of a request alone)."
     )
+    deterministic: bool = Field(
+        False, description="Embedded engine: every sequence gets forward passes of its own and "
+        "no cached prefix, so a request's output is the one it gets alone on an idle server, "
+        "whatever else runs (batch invariance, as vLLM's VLLM_BATCH_INVARIANT); it costs the "
+        "batching (docs/engines.md, \"Deterministic mode\")."
+    )
     max_queued: int = Field(
         256, ge=0, description="Requests that may wait for a free sequence slot (then 429)."
     )

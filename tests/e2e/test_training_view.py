@@ -79,3 +79,17 @@ def test_the_mask_marks_the_sampled_end_of_turn(live_server: LiveServer) -> None
     # chat runs the same prompt
     _, c2 = turn(live_server, history[:1] + [{**history[1], "token_ids": sampled}] + history[2:])
     assert c2.finish_reason in ("stop", "length")
+
+
+def test_a_response_says_which_weights_made_it(live_server: LiveServer) -> None:
+    with openai.OpenAI(base_url=live_server.base_url, api_key="none") as client:
+        r = client.responses.create(model=MODEL, input="Say only yes.", temperature=0,
+                                    extra_body={"include": ["output.token_ids"]})
+    sampled = [t for item in r.output for t in (item.model_extra or {}).get("token_ids", [])]
+    spans = (r.model_extra or {}).get("weight_versions")
+    if TEST_UPSTREAM == "llama-server":  # llama-server labels no weights
+        assert spans is None
+        return
+    # over the whole output, the end of turn the model sampled included
+    assert [(s["start"], s["end"]) for s in spans] == [(0, len(sampled) + 1)]
+    assert r.usage is not None and r.usage.output_tokens == len(sampled) + 1

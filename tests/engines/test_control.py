@@ -232,3 +232,25 @@ async def test_reset_prefix_cache(eng: LlamaCppEngine, prompt: list[int]) -> Non
     assert (await run(eng, prompt, max_tokens=2))[1].cached_tokens == len(prompt) - 1
     assert await call(eng, "reset_prefix_cache") == {"success": True}
     assert (await run(eng, prompt, max_tokens=2))[1].cached_tokens == 0
+
+
+QUESTIONS = ["Tell me a story about a lighthouse.", "Name three colours.", "What is 17 * 3?",
+             "Write a haiku about rain.", "Why is the sea salty?", "List four fruits.",
+             "Describe a cat in one sentence.", "What is the capital of Peru?"]
+
+
+async def test_deterministic_mode_gives_each_request_its_solo_output(model_path: Path,
+                                                                     prompt_of) -> None:  # type: ignore[no-untyped-def]
+    """`deterministic`: what a request samples does not depend on what runs beside it."""
+    engine = LlamaCppEngine(model_path, max_model_len=TEST_MAX_MODEL_LEN, n_parallel=4,
+                            deterministic=True)
+    await engine.start()
+    try:
+        prompts = [prompt_of(q) for q in QUESTIONS]
+        alone = [ids((await run(engine, p, max_tokens=48))[0]) for p in prompts]
+        for _ in range(2):  # all at once (more than the slots: some wait), twice
+            together = await asyncio.gather(*(run(engine, p, max_tokens=48) for p in prompts))
+            assert [ids(t) for t, _ in together] == alone
+            assert all(f.cached_tokens == 0 for _, f in together)  # no cached prefix
+    finally:
+        await engine.aclose()

@@ -152,11 +152,14 @@ class LlamaCppEngine:
                  max_model_len: int | None = None, n_parallel: int = 4, n_batch: int = 512,
                  n_threads: int | None = None, max_queued: int = 256,
                  tokenizer: HFTokenizer | None = None, prefix_cache: bool = True,
-                 count_ubatches: bool = False):
+                 count_ubatches: bool = False, deterministic: bool = False):
         """`model_id` defaults to the file name without its quantization suffix; `tokenizer`:
         the pinned portable tokenizer, checked against llama.cpp's at start; `prefix_cache`:
         off, every prompt is prefilled in full and no slot keeps its KV;
-        `count_ubatches`: see `LlamaModel` (tests only)."""
+        `count_ubatches`: see `LlamaModel` (tests only); `deterministic`: each sequence is
+        decoded in forward passes of its own, with no cached prefix (llama.cpp's kernels take
+        other paths for other batch shapes: the same sequence batched with others samples other
+        ids now and then), so its output is what it is alone."""
         if n_batch < n_parallel:
             # every decoding sequence puts one token in each batch
             raise ValueError(f"n_batch ({n_batch}) must be at least n_parallel ({n_parallel})")
@@ -168,7 +171,8 @@ class LlamaCppEngine:
         self._n_threads = n_threads
         self._max_queued = max_queued
         self._tokenizer = tokenizer
-        self._prefix_cache = prefix_cache
+        self._prefix_cache = prefix_cache and not deterministic
+        self._solo = deterministic
         self._count_ubatches = count_ubatches
         self._llama: LlamaModel | None = None
         self._info: EngineInfo | None = None
@@ -513,16 +517,26 @@ class LlamaCppEngine:
             seq.slot = -1
 
     def _step(self, llama: LlamaModel, batch: Batch) -> None:
+        if not self._solo:
+            self._pass(llama, batch, self._active)
+            return
+        for seq in list(self._active):  # deterministic: one sequence per forward pass
+            if not seq.done:
+                self._pass(llama, batch, [seq])
+
+    def _pass(self, llama: LlamaModel, batch: Batch, seqs: Sequence[_Seq]) -> None:
+        """One `llama_decode` for `seqs`: a token of each decoding one, prompt chunks of the
+        others in what room is left; then each one whose logits came is sampled."""
         budget = self._n_batch
         sampling: list[_Seq] = []
         feeds: list[tuple[_Seq, int]] = []  # (sequence, prompt ids to feed now)
         # decoding sequences first: one token each keeps every stream moving
-        for seq in self._active:
+        for seq in seqs:
             if seq.n_fed == len(seq.prompt):
                 feeds.append((seq, 0))
                 budget -= 1
         # then prompt chunks, oldest request first, in what room is left
-        for seq in self._active:
+        for seq in seqs:
             remaining = len(seq.prompt) - seq.n_fed
             if budget <= 0:
                 break
@@ -558,7 +572,7 @@ class LlamaCppEngine:
             raise RuntimeError(f"llama_decode returned {rc}")
         if self.on_step is not None:
             self.on_step(batch.n)
-        for seq in self._active:
+        for seq in seqs:
             if seq.scoring:
                 k = seq.params.prompt_logprobs or 0
                 for pos, idx in seq.scoring:

@@ -35,7 +35,8 @@ def _embedded(spec: EngineSpec) -> Engine:
     return LlamaCppEngine(s.model_path(), model_id=s.served_model_name,
                           max_model_len=s.max_model_len, n_parallel=s.n_parallel,
                           n_batch=s.n_batch, n_threads=s.n_threads, max_queued=s.max_queued,
-                          tokenizer=spec.source.tokenizer, prefix_cache=s.prefix_cache)
+                          tokenizer=spec.source.tokenizer, prefix_cache=s.prefix_cache,
+                          deterministic=s.deterministic)
 
 
 def _vllm(spec: EngineSpec) -> Engine:

@@ -14,7 +14,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import ConfigDict, Discriminator, Field, RootModel, Tag
 
 from ._base import RequestModel, ResponseModel
-from .common import ResponseWarning, TokenId, TokenLogprob
+from .common import ResponseWarning, TokenId, TokenLogprob, WeightVersionSpan
 from .tools import FunctionName
 
 __all__ = [
@@ -401,7 +401,7 @@ class ResponseErrorInfo(ResponseModel):
 
 class Response(ResponseModel):
     omit_if_none = frozenset({"tokenizer_version", "template_version", "token_ids_source",
-                              "input_token_ids", "warnings", "completed_at"})
+                              "input_token_ids", "warnings", "completed_at", "weight_versions"})
     id: str
     object: Literal["response"] = "response"
     created_at: int
@@ -435,6 +435,9 @@ class Response(ResponseModel):
     token_ids_source: Literal["sampled", "translated", "retokenized"] | None = None
     input_token_ids: list[int] | None = None
     """`input.token_ids`: the exact ids the model was fed."""
+    weight_versions: list[WeightVersionSpan] | None = None
+    """With `output.token_ids`: which weights sampled which output ids (vLLM 0.32's spans over
+    the output's indexes, across its items), where the engine says; once finished."""
     warnings: list[ResponseWarning] | None = None
 
 

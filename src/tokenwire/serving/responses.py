@@ -53,7 +53,7 @@ from ..protocol.responses import (
 )
 from ..tokenizers.registry import TokenizerRegistry
 from .chat import ChatPlan, ChatService
-from .generation import ChoiceUpdate
+from .generation import ChoiceUpdate, wire_spans
 from .guard import Guard
 from .logprobs import chat_logprobs
 from .models import ModelRegistry
@@ -265,6 +265,8 @@ class _Assembler:
                           else "completed")
         r.usage = ResponseUsage.of(len(self._plan.prompt), u.n_sampled,
                                    u.cached_tokens)
+        if self._ids:
+            r.weight_versions = wire_spans(u.weight_versions)
         if reason == "length":
             r.status, r.incomplete_details = "incomplete", IncompleteDetails(
                 reason="max_output_tokens")
