@@ -15,7 +15,8 @@ from pathlib import Path
 
 HERE = Path(__file__).parent
 MAIN = "compare"
-BENCHES = [MAIN, "canonical", "gateway", "affinity", "load", "prefix_cache", "translate"]
+BENCHES = [MAIN, "canonical", "gateway", "affinity", "load", "prefix_cache", "translate",
+           "deterministic"]
 # `all`: the ones that start their own servers (prefix_cache needs one running: `make serve`)
 ALL = [MAIN, "canonical", "gateway", "affinity", "load", "translate"]
 
