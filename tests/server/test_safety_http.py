@@ -179,9 +179,36 @@ async def test_control_token_ids_are_refused(client: httpx.AsyncClient, tok: HFT
     assert injected[0] in tok.special_ids
     r = await client.post("/v1/chat/completions", json=chat([user(ids([253, *injected]))]))
     refused(r, "special_token_not_allowed", "messages[0].content.token_ids[1]")
-    r = await client.post("/v1/chat/completions", json=chat([
-        user("hi"), {"role": "assistant", "token_ids": [253, 2, 1, 9690]}, user("x")]))
-    refused(r, "special_token_not_allowed", "messages[1].token_ids[1]")
+
+
+
+async def test_control_ids_in_assistant_history_only_where_raw_prompts_are(  # type: ignore[no-untyped-def]
+        make_app) -> None:
+    """A model samples control ids now and then, and a trainer feeds its samples back as they
+    are: a caller who may send raw prompts (which could forge anything) may send them in
+    assistant history; anyone else is refused, at the id."""
+    body = chat([user("hi"), {"role": "assistant", "token_ids": [253, 2, 1, 9690]}, user("x")])
+    async with serve_in_process(make_app(raw_prompts="deny")) as c:
+        refused(await c.post("/v1/chat/completions", json=body), "special_token_not_allowed",
+                "messages[1].token_ids[1]")
+        # the one control id anyone may end assistant ids with: the sampled end of turn, where
+        # the template closes the turn with it; another is refused there
+        closed = chat([user("hi"), {"role": "assistant", "token_ids": [253, 2]}, user("x")])
+        assert (await c.post("/v1/chat/completions", json=closed)).status_code == 200
+        opened = chat([user("hi"), {"role": "assistant", "token_ids": [253, 1]}, user("x")])
+        refused(await c.post("/v1/chat/completions", json=opened), "invalid_value",
+                "messages[1].token_ids[1]")
+    async with serve_in_process(make_app()) as c:  # keyless, loopback: raw prompts allowed
+        r = await c.post("/v1/chat/completions/render", json=body)
+        assert r.status_code == 200, r.text
+        # as they are, and the model's: marked sampled
+        span = next(s for s in r.json()["spans"] if s["message_index"] == 1)
+        assert r.json()["token_ids"][span["start"]:span["end"]] == [253, 2, 1, 9690]
+        assert r.json()["sampled_mask"][span["start"]:span["end"]] == [1, 1, 1, 1]
+        # in user content they are still refused
+        bad = chat([user(ids([253, 1, 9690]))])
+        refused(await c.post("/v1/chat/completions", json=bad), "special_token_not_allowed",
+                "messages[0].content.token_ids[1]")
 
 
 RAW = {"model": MODEL, "prompt": [[253], [253, 0]]}

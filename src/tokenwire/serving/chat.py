@@ -146,7 +146,7 @@ def _text_reason(req: ChatCompletionRequest, constraints: Constraints) -> Reason
 
 
 class ChatService(GenerationService):
-    def plan(self, req: ChatCompletionRequest) -> ChatPlan:
+    def plan(self, req: ChatCompletionRequest, caller: Caller = ANONYMOUS) -> ChatPlan:
         """Everything checked and the prompt built; nothing has reached the engine yet."""
         _check_shape(req, self._settings)
         model = self._models.get(req.model)
@@ -165,12 +165,15 @@ class ChatService(GenerationService):
             raise UnsupportedParameterError(
                 "stop_token_ids are the model's ids; they cannot be combined with "
                 "tokenizer_fallback 'translate'", param="stop_token_ids")
-        warnings = self._guard.check_conversation(req.messages, req.tools or [], space)
+        warnings = self._guard.check_conversation(req.messages, req.tools or [], space,
+                                                  caller.api_key)
         template = model.chat_template()
         conv = render_messages(req.messages, space, template, tools=req.tools or [],
                                add_generation_prompt=req.add_generation_prompt,
                                continue_final=req.continue_final_message,
-                               variables=template_variables(req.chat_template_kwargs, template))
+                               variables=template_variables(req.chat_template_kwargs, template),
+                               control_ids=self._settings.allow_special_token_ids
+                               or self._settings.raw_prompts_allowed(caller.api_key))
         requested = req.max_completion_tokens or req.max_tokens
         prompt = truncate_prompt(conv.ids, req.truncate_prompt_tokens, req.truncation_side,
                                  max_model_len=model.max_model_len,
@@ -287,7 +290,7 @@ class ChatService(GenerationService):
     async def _planned(self, req: ChatCompletionRequest, caller: Caller) -> ChatPlan:
         """The plan of `req` once its `input_document` blocks are spliced in from storage."""
         req, notes = await self._splice(req, caller)
-        plan = await self._prepare(self.plan, req)
+        plan = await self._prepare(self.plan, req, caller)
         if notes:
             plan.warnings = [*notes, *(plan.warnings or [])]
         return plan

@@ -36,14 +36,17 @@ class Guard:
 
         `raw_prompt`: the spans are whole prompts the client rendered itself (completions with
         ids, /inference/v1/generate), which carry the template's control ids where the
-        deployment allows raw prompts for this caller."""
+        deployment allows raw prompts for this caller. Such a caller may also send control ids
+        in assistant history (a model samples them now and then, and an RL trainer feeds its
+        samples back as they are): it could forge any structure through a raw prompt anyway."""
         s = self._settings
         self.check_id_count(spans)
         if raw_prompt:
             if not s.raw_prompts_allowed(caller_key):
                 check_special_ids(spans, tokenizer, hint=RAW_PROMPT_HINT)
         elif not s.allow_special_token_ids:
-            check_special_ids(spans, tokenizer)
+            trusted = s.raw_prompts_allowed(caller_key)
+            check_special_ids([sp for sp in spans if not (sp.assistant and trusted)], tokenizer)
         warnings = []
         for span in spans:
             mode = s.non_canonical_tokens_assistant if span.assistant else s.non_canonical_tokens
@@ -61,7 +64,8 @@ class Guard:
         return warnings
 
     def check_conversation(self, messages: Sequence[ChatMessage], tools: Sequence[Tool],
-                           space: TokenSpace) -> list[ResponseWarning]:
+                           space: TokenSpace, caller_key: str | None = None,
+                           ) -> list[ResponseWarning]:
         """Everything a chat prompt is checked for before it is rendered: the messages' shape
         and count, their ids (range, count, control tokens, canonicality) and the content
         policy on their text and the tools; returns the warnings of `flag` mode."""
@@ -72,7 +76,7 @@ class Guard:
         check_tools(tools, messages)
         spans = message_id_spans(messages, space.client.tokenizer.special_ids)
         check_id_range(spans, space.client.tokenizer)
-        warnings = self.check_ids(spans, space.client.tokenizer)
+        warnings = self.check_ids(spans, space.client.tokenizer, caller_key=caller_key)
         if self.reads_input:  # else no content is decoded for it
             with conversion_reason("policy"):
                 texts = [(f"messages[{i}].content", t)

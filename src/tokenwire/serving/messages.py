@@ -87,9 +87,10 @@ def message_id_spans(messages: Sequence[ChatMessage],
     return spans
 
 
-def _content_ids(m: ChatMessage, space: TokenSpace) -> list[int]:
+def _content_ids(m: ChatMessage, space: TokenSpace, closed: bool = False) -> list[int]:
     """A message's content in the model's ids: text encoded with control tokens off, sent ids
-    spliced as they are (or via text when translating)."""
+    spliced as they are (or via text when translating); `closed`: its `token_ids` end with the
+    end of turn it sampled, which the template puts in (`_turn_end`)."""
     enc = space.model.tokenizer.encode
 
     def from_ids(ids: list[int]) -> list[int]:
@@ -99,9 +100,7 @@ def _content_ids(m: ChatMessage, space: TokenSpace) -> list[int]:
             return enc(space.client.tokenizer.decode(ids))
 
     if m.token_ids is not None:
-        if ends_turn(m, space.client.tokenizer.special_ids):
-            return from_ids(m.token_ids[:-1])  # its end of turn: `_turn_end`
-        return from_ids(m.token_ids)
+        return from_ids(m.token_ids[:-1] if closed else m.token_ids)
     c = m.content
     if isinstance(c, str):
         return enc(c)
@@ -187,12 +186,20 @@ def template_variables(kwargs: dict[str, Any] | None,
 def render_messages(messages: Sequence[ChatMessage], space: TokenSpace,
                     template: ChatTemplate, *, tools: Sequence[Tool] = (),
                     add_generation_prompt: bool = True, continue_final: bool = False,
-                    variables: dict[str, Any] | None = None) -> Conversation:
+                    variables: dict[str, Any] | None = None, control_ids: bool = False,
+                    content_ends: frozenset[int] = frozenset()) -> Conversation:
     """The conversation in the model's ids. A template that renders tools gets them (and each
     call) as variables, its client strings marked as text; any other gets the default tool
     format (`toolformat.HERMES`), rendered here as content text. `continue_final`: the prompt
-    ends where the last message's ids end (no end of turn), so the model continues it."""
+    ends where the last message's ids end (no end of turn), so the model continues it.
+
+    An assistant's `token_ids` that end with a control id end with its sampled end of turn
+    (`ends_turn`), which must be the id the template closes the turn with; if it is not, a
+    caller allowed control ids in messages (`control_ids`) has it kept as content (the
+    messages in `content_ends`), anyone else is refused."""
     enc = space.model.tokenizer.encode
+    ended = {i: None if i in content_ends else _turn_end(m, i, space)
+             for i, m in enumerate(messages)}
     native = template.renders_tools
     out: list[TemplateMessage] = []
     index: list[int] = []  # message index of each template message (-1: one we added)
@@ -200,7 +207,7 @@ def render_messages(messages: Sequence[ChatMessage], space: TokenSpace,
         system = HERMES.system_text(tools)
         if messages and messages[0].role in ("system", "developer"):
             first = messages[0]
-            head = _content_ids(first, space)
+            head = _content_ids(first, space, ended[0] is not None)
             text_ids = enc(("\n\n" if head else "") + system)
             out.append(TemplateMessage(first.role, head + text_ids,
                                        **_extras(first, template)))
@@ -213,8 +220,8 @@ def render_messages(messages: Sequence[ChatMessage], space: TokenSpace,
     else:
         rest = list(enumerate(messages))
     for i, m in rest:
-        ids = _content_ids(m, space) if (m.content is not None or m.token_ids is not None) \
-            else []
+        ids = _content_ids(m, space, ended[i] is not None) \
+            if (m.content is not None or m.token_ids is not None) else []
         extra = _extras(m, template)
         if m.tool_calls and m.token_ids is None:
             if native:
@@ -243,7 +250,6 @@ def render_messages(messages: Sequence[ChatMessage], space: TokenSpace,
         r.spans = [(k, a, min(b, cut)) for k, a, b in r.spans if a < cut]
     sampled = [0] * len(r.ids)
     spans = []
-    ended = {i: _turn_end(messages[i], i, space) for i in set(index) if i >= 0}
     last_span = {index[k]: n for n, (k, _, _) in enumerate(r.spans)}
     for n, (k, start, end) in enumerate(r.spans):
         i = index[k]
@@ -252,6 +258,11 @@ def render_messages(messages: Sequence[ChatMessage], space: TokenSpace,
         closer = ended[i]
         if closer is not None and last_span[i] == n:
             if end >= len(r.ids) or r.ids[end] != closer:
+                if control_ids and not continue_final:  # the model sampled it mid-turn
+                    return render_messages(
+                        messages, space, template, tools=tools,
+                        add_generation_prompt=add_generation_prompt, variables=variables,
+                        control_ids=True, content_ends=content_ends | {i})
                 raise InvalidRequestError(
                     f"messages[{i}].token_ids end with the control id {closer}, but the "
                     "chat template does not close the turn with it there"
