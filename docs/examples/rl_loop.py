@@ -12,10 +12,12 @@ trainer's are refused (`--allow-stale` keeps them).
 `--push lora` is for the embedded engine (the adapter as a GGUF LoRA, llama.cpp's adapter API);
 `--push reload` for vLLM upstreams behind a tokenwire gateway (the merged weights saved as
 safetensors, loaded by vLLM's `reload_weights` through `collective_rpc`: what its CPU build can
-do; NCCL and CUDA IPC transfers need GPUs). The task has a programmatic reward: answer in at most
-`--short` tokens and stop (the end-of-turn id must be trained for that, and is). Each step prints
-the mean reward and the trainer/sampler logprob mismatch on the sampled ids (mean and max |Δ|:
-the trainer runs fp32 weights dequantized from the Q4_1 GGUF llama.cpp samples with).
+do; NCCL and CUDA IPC transfers need GPUs). The task has a programmatic reward: "What is a + b?"
+(one-digit numbers) earns 1 when the last number of the answer is the sum, and 0.2 more when
+the answer stops (a sampled end of turn, which the loop trains on) with a number in it; an
+answer that never stops earns half. Each step prints the mean reward, the share of correct
+answers and the trainer/sampler logprob mismatch on the sampled ids (mean and max |Δ|: the
+trainer runs fp32 weights dequantized from the Q4_1 GGUF llama.cpp samples with).
 
 Needs the rl extra (`pip install tokenwire[rl]`: torch, transformers, gguf) and SmolLM2 as a
 Hugging Face directory (`make` builds it: scripts/hf-model-from-gguf.py).
@@ -27,6 +29,7 @@ import argparse
 import json
 import math
 import random
+import re
 import statistics
 import sys
 import tempfile
@@ -45,10 +48,7 @@ MODEL = "SmolLM2-135M-Instruct"
 MODEL_DIR = Path.home() / ".cache" / "tokenwire" / "SmolLM2-135M-Instruct-hf"
 TARGETS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
            "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
-QUESTIONS = ["What color is the sky?", "What is the capital of France?", "Name a fruit.",
-             "What do cows drink?", "How many legs does a spider have?", "Name a planet.",
-             "What is 2 + 2?", "What animal says meow?", "What is frozen water called?",
-             "Name a season of the year.", "What color is grass?", "What is the opposite of hot?"]
+NUMBER = re.compile(r"-?\d+")
 
 
 # -- the policy: SmolLM2 with a LoRA adapter -------------------------------------------------
@@ -89,6 +89,7 @@ def load_policy(model_dir: Path, rank: int, alpha: float) -> tuple[Any, dict[str
 @dataclass
 class Sample:
     question: str
+    correct: bool
     ids: list[int]
     """The conversation the trainer reads (the render of the question and the answer)."""
     mask: list[int]
@@ -99,17 +100,19 @@ class Sample:
     version: str
 
 
-def reward(n_sampled: int, stopped: bool, short: int) -> float:
-    """1 for an answer that ends within `short` tokens; less the longer it runs."""
-    if not stopped:
-        return 0.0
-    return 1.0 if n_sampled <= short else short / n_sampled
+def score(text: str, stopped: bool, answer: int) -> tuple[float, bool]:
+    """(reward, correct): 1 when the answer's last number is `answer`, 0.2 more for stopping
+    with a number in it; half of that when it never stopped."""
+    numbers = NUMBER.findall(text)
+    correct = bool(numbers) and int(numbers[-1]) == answer
+    r = float(correct) + (0.2 if stopped and numbers else 0.0)
+    return (r if stopped else r / 2), correct
 
 
-def rollouts(client: Client, questions: list[str], group: int, max_tokens: int, short: int,
+def rollouts(client: Client, questions: list[tuple[str, int]], group: int, max_tokens: int,
              seed: int) -> list[list[Sample]]:
     groups = []
-    for k, q in enumerate(questions):
+    for k, (q, answer) in enumerate(questions):
         user = [{"role": "user", "content": q}]
         r = client.chat(MODEL, user, n=group, temperature=1.0, max_tokens=max_tokens,
                         logprobs=True, seed=seed + k)
@@ -131,9 +134,9 @@ def rollouts(client: Client, questions: list[str], group: int, max_tokens: int, 
             if sum(rendered.sampled_mask) != len(lps):
                 raise RuntimeError(f"the mask marks {sum(rendered.sampled_mask)} ids, the "
                                    f"sample has {len(lps)} logprobs")
-            samples.append(Sample(q, rendered.token_ids, rendered.sampled_mask, lps,
-                                  reward(len(ids), stopped, short),
-                                  versions.pop() if len(versions) == 1 else
+            r, correct = score(c.message.content or "", stopped, answer)
+            samples.append(Sample(q, correct, rendered.token_ids, rendered.sampled_mask, lps,
+                                  r, versions.pop() if len(versions) == 1 else
                                   "mixed:" + ",".join(sorted(versions))))
         groups.append(samples)
     return groups
@@ -229,12 +232,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model-dir", type=Path, default=MODEL_DIR)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--prompts", type=int, default=4, help="questions per step")
-    ap.add_argument("--group", type=int, default=6, help="samples per question")
+    ap.add_argument("--group", type=int, default=8, help="samples per question")
     ap.add_argument("--max-tokens", type=int, default=24)
-    ap.add_argument("--short", type=int, default=6, help="answers this short earn 1")
     ap.add_argument("--rank", type=int, default=8)
     ap.add_argument("--alpha", type=float, default=16)
-    ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--clip", type=float, default=2.0, help="truncated importance weight cap")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--allow-stale", action="store_true")
@@ -255,12 +257,13 @@ def main(argv: list[str] | None = None) -> int:
             push_lora(client, adapters, model.config, args.alpha, out, version)
         else:
             push_merged(client, model, adapters, args.model_dir, out, version)
-        print("step  reward  stale  |Δlogprob| mean  max   rollout_s  train_s  sync_s",
+        print("step  reward  correct  stale  |Δlogprob| mean  max   rollout_s  train_s  sync_s",
               flush=True)
         for step in range(1, args.steps + 1):
             t0 = time.monotonic()
-            questions = rng.sample(QUESTIONS, args.prompts)
-            groups = rollouts(client, questions, args.group, args.max_tokens, args.short,
+            pairs = [(rng.randint(1, 9), rng.randint(1, 9)) for _ in range(args.prompts)]
+            questions = [(f"What is {a} + {b}?", a + b) for a, b in pairs]
+            groups = rollouts(client, questions, args.group, args.max_tokens,
                               seed=args.seed * 1000 + step * 10)
             stale = sum(s.version != version for g in groups for s in g)
             if stale and not args.allow_stale:
@@ -276,9 +279,12 @@ def main(argv: list[str] | None = None) -> int:
                 push_merged(client, model, adapters, args.model_dir, out, version)
             t3 = time.monotonic()
             mean_reward = statistics.fmean(s.reward for g in groups for s in g)
-            row = {"step": step, "reward": mean_reward, "stale": stale, **stats,
+            correct = statistics.fmean(s.correct for g in groups for s in g)
+            row = {"step": step, "reward": mean_reward, "correct": correct, "stale": stale,
+                   **stats,
                    "rollout_s": t1 - t0, "train_s": t2 - t1, "sync_s": t3 - t2}
-            print(f"{step:4d}  {mean_reward:6.3f}  {stale:5d}  {stats['mismatch_mean']:15.3f}"
+            print(f"{step:4d}  {mean_reward:6.3f}  {correct:7.3f}  {stale:5d}"
+                  f"  {stats['mismatch_mean']:15.3f}"
                   f"  {stats['mismatch_max']:5.2f}  {t1 - t0:9.1f}  {t2 - t1:7.1f}"
                   f"  {t3 - t2:6.1f}", flush=True)
             if report is not None:
