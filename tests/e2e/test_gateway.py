@@ -216,6 +216,14 @@ def test_a_stream_moves_to_another_replica_with_its_ids(kind: str, tmp_path: Pat
             assert got == want
             assert [w["code"] for c in chunks for w in c.get("warnings") or []] == \
                 ["request_migrated"]
+            if kind == "tokenwire":  # its replicas label their weights (content hashes)
+                [spans] = [ch["weight_versions"] for c in chunks for ch in c["choices"]
+                           if ch.get("weight_versions")]
+                moved = spans[0]["start"]  # the lost part's weights: no label, no span
+                assert moved > 0 and spans[-1]["end"] == len(got) + (
+                    chunks[-1]["choices"][0].get("stop_reason") is not None)
+                [note] = [w["message"] for c in chunks for w in c.get("warnings") or []]
+                assert "carry no version" in note
             assert (f'tokenwire_upstream_migrations_total{{model_name="{MODEL}",'
                     'outcome="moved"} 1.0') in http.get("/metrics").text
             # what cannot be continued gives up as before: a grammar's state stays behind
@@ -226,6 +234,27 @@ def test_a_stream_moves_to_another_replica_with_its_ids(kind: str, tmp_path: Pat
             assert chunks[-1]["error"]["code"] == "engine_unavailable"
             assert (f'tokenwire_upstream_migrations_total{{model_name="{MODEL}",'
                     'outcome="gave_up"} 1.0') in http.get("/metrics").text
+            if kind == "tokenwire":
+                # a labelled fleet: the lost replica served the label, so the whole output is
+                # one span of it
+                ups[0].start()
+                wait_for(lambda: all(r["healthy"] for r in replicas(http)))
+                r = http.post("/update_weight_version", json={"new_version": "v1"})
+                assert r.status_code == 200, r.text
+
+                def kill_busy(n: int) -> None:
+                    if n == 40:
+                        busy = [i for i, r in enumerate(replicas(http)) if r["in_flight"]]
+                        ups[busy[0]].kill()
+
+                # (the ids may part from `want` after the move now: the other replica's
+                # prefix cache holds this prompt, and llama.cpp is not batch invariant)
+                got, chunks = stream_ids(http, text, kill_busy, max_tokens=200, **long)
+                assert [w["code"] for c in chunks for w in c.get("warnings") or []] == \
+                    ["request_migrated"]
+                [spans] = [ch["weight_versions"] for c in chunks for ch in c["choices"]
+                           if ch.get("weight_versions")]
+                assert [(w["version"], w["start"]) for w in spans] == [("v1", 0)]
     finally:
         for u in ups:
             u.stop()

@@ -72,6 +72,10 @@ class MigratingStream:
         self._moves: list[str] = []
         self._offset = 0
         """Output ids before the current replica's part (its spans start there)."""
+        self._version = engine.fleet.weight_version
+        """The fleet's weights label when the current replica took the sequence."""
+        self._lost: list[WeightSpan | None] = []
+        """Each lost replica's part: its span where its weights are known, else None."""
 
     def __aiter__(self) -> MigratingStream:
         return self
@@ -103,7 +107,16 @@ class MigratingStream:
             log.warning("not moving a lost sequence: %s", why)
             raise lost
         left = self._params.max_tokens - len(self._sent)
-        note = f"{lost} after {len(self._sent)} tokens; continued on another replica"
+        # a replica in rotation serves the fleet's label (fleet.join keeps others out): its
+        # part is that version if the label held from its admission to its loss
+        label = self._engine.fleet.weight_version
+        known = label is not None and label == self._version
+        if len(self._sent) > self._offset:
+            self._lost.append(WeightSpan(label, self._offset, len(self._sent))
+                              if known and label is not None else None)
+        note = f"{lost} after {len(self._sent)} tokens; continued on another replica" + (
+            "" if known else " (the weights that sampled the lost replica's part carry no "
+            "version: its weight_versions span is missing)")
         self._moves.append(note)
         if left <= 0:  # every token was sent; only the finish was lost
             self._count("moved")
@@ -116,6 +129,7 @@ class MigratingStream:
             self._count("gave_up")
             raise lost from None
         self._offset = len(self._sent)
+        self._version = self._engine.fleet.weight_version
         self._count("moved")
         log.warning("moved a sequence: %s", note)
         return None
@@ -125,9 +139,20 @@ class MigratingStream:
             self._engine.on_migration(outcome)
 
     def _finished(self, ev: FinishEvent) -> FinishEvent:
-        spans = None if ev.weight_versions is None else tuple(
-            WeightSpan(w.version, w.start + self._offset, w.end + self._offset)
-            for w in ev.weight_versions)
+        """The finish of the whole sequence: spans over its whole output (each lost part's
+        where its version is known; a part that is not has no span, and its move's note says
+        so), no cached count (the continuation's is not the request's)."""
+        spans = None
+        if ev.weight_versions is not None:
+            shifted = [WeightSpan(w.version, w.start + self._offset, w.end + self._offset)
+                       for w in ev.weight_versions]
+            merged: list[WeightSpan] = []
+            for w in [*(w for w in self._lost if w is not None), *shifted]:
+                if merged and merged[-1].version == w.version and merged[-1].end == w.start:
+                    merged[-1] = WeightSpan(w.version, merged[-1].start, w.end)
+                else:
+                    merged.append(w)
+            spans = tuple(merged)
         return replace(ev, weight_versions=spans, cached_tokens=None,
                        migrations=tuple(self._moves))
 
