@@ -209,6 +209,14 @@ class Settings(BaseSettings):
         True, description="Embedded engine: reuse the KV cells of earlier prompts (off: every "
         "prompt is prefilled in full, so its numbers are those of a request alone)."
     )
+    logprobs_mode: Literal["raw_logprobs", "processed_logprobs", "raw_logits",
+                           "processed_logits"] = Field(
+        "raw_logprobs", description="vLLM's `--logprobs-mode`: what `logprobs` report, of the "
+        "model's raw distribution (the default) or of the one the sampler drew from (after "
+        "logit bias, penalties, temperature, min-p, top-k, top-p; -inf where truncated), as "
+        "logprobs or logits. The embedded engine computes it; in front of vLLM it says what "
+        "the upstreams were started with. Every response with logprobs names it."
+    )
     deterministic: bool = Field(
         False, description="Embedded engine: every sequence gets forward passes of its own and "
         "no cached prefix, so a request's output is the one it gets alone on an idle server, "

@@ -27,6 +27,7 @@ from tests.upstreams import (
     tokenwire_upstream,
 )
 from tokenwire.config import Settings, default_model_path
+from tokenwire.engines._control import content_version
 from tokenwire.engines.base import SamplingParams, TokenEvent
 from tokenwire.engines.llamacpp import LlamaCppEngine
 from tokenwire.engines.routing import PrefixRouter
@@ -359,6 +360,44 @@ async def test_sglang_greedy_equals_the_embedded_engine(tmp_path: Path, engine: 
             # a seed SGLang would ignore (no --enable-deterministic-inference) is refused
             r = chat(http, "hi", temperature=0.8, seed=4)
             assert (r.status_code, r.json()["error"]["param"]) == (400, "seed")
+    finally:
+        up.stop()
+
+
+def test_the_control_plane_reaches_sglang_in_its_own_terms(tmp_path: Path,
+                                                           model_path: Path) -> None:
+    """vLLM's RL endpoints in front of SGLang (its 0.5.23 endpoints, as the shim serves them
+    over a real engine): each call mapped to SGLang's, answered in vLLM's shapes; what SGLang
+    cannot do is refused by name; its samples' weight versions are passed on."""
+    up = sglang_shim(tmp_path)
+    try:
+        with gateway(tmp_path, engine="sglang", upstream=[up.url],
+                     served_model_name=MODEL) as http:
+            r = http.post("/pause", params={"mode": "wait"})
+            assert (r.status_code, r.json()["error"]["param"]) == (400, "mode")
+            r = http.post("/pause", params={"mode": "keep"})
+            assert r.status_code == 200, r.text
+            assert r.json()["status"] == "paused"
+            assert r.json()["replicas"][0]["body"] == {"status": "paused"}
+            r = http.get("/is_paused")
+            assert (r.status_code, r.json()["error"]["param"]) == (400, "is_paused")
+            r = http.post("/update_weight_version", json={"new_version": "s1"})
+            assert (r.status_code, r.json()["new_version"]) == (200, "s1")
+            assert http.get("/weight_info").json()["weight_version"] == "s1"
+            assert http.post("/reset_prefix_cache").json()["success"] is True
+            assert http.post("/resume").json()["status"] == "resumed"
+            r = chat(http, "hi", max_tokens=4, ignore_eos=True).json()
+            assert r["choices"][0]["weight_versions"] == [
+                {"version": "s1", "start": 0, "end": 4}]
+            # new weights from disk: SGLang's /update_weights_from_disk
+            r = http.post("/collective_rpc", json={
+                "method": "reload_weights", "kwargs": {"weights_path": str(model_path)}})
+            assert r.status_code == 200, r.text
+            assert http.get("/weight_info").json()["weight_version"] == \
+                content_version(model_path)
+            r = http.post("/update_weights", json={"update_info": {}})
+            assert (r.status_code, r.json()["error"]["param"]) == \
+                (400, "update_info.weights_path")
     finally:
         up.stop()
 

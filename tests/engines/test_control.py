@@ -5,6 +5,7 @@ restart, and no KV of old weights reused with new ones."""
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -254,3 +255,36 @@ async def test_deterministic_mode_gives_each_request_its_solo_output(model_path:
             assert all(f.cached_tokens == 0 for _, f in together)  # no cached prefix
     finally:
         await engine.aclose()
+
+
+async def test_processed_logprobs_are_those_of_the_distribution_drawn_from(
+        model_path: Path, prompt_of) -> None:  # type: ignore[no-untyped-def]
+    """`logprobs_mode`: raw (the model's distribution) or processed (after temperature and
+    truncation: what the sampler drew from, the importance ratio's denominator)."""
+    engines = {mode: LlamaCppEngine(model_path, max_model_len=TEST_MAX_MODEL_LEN, n_parallel=1,
+                                    prefix_cache=False, logprobs_mode=mode)
+               for mode in ("raw_logprobs", "processed_logprobs")}
+    for e in engines.values():
+        await e.start()
+    try:
+        p = prompt_of("Write a poem about the sea.")
+        raw, _ = await run(engines["raw_logprobs"], p, max_tokens=4, logprobs=5)
+        assert engines["processed_logprobs"].info.logprobs_mode == "processed_logprobs"
+        got, _ = await run(engines["processed_logprobs"], p, max_tokens=6, temperature=0.7,
+                           top_k=5, seed=3, logprobs=5)
+        for t in got:  # only what top-k kept has mass, and it sums to one
+            assert len(t.top_logprobs) == 5 and t.logprob is not None
+            assert sum(math.exp(lp) for _, lp in t.top_logprobs) == pytest.approx(1, abs=1e-4)
+            assert t.token_id in dict(t.top_logprobs)
+        # the first position: raw logits over temperature, renormalised over the 5 kept
+        scaled = {i: lp / 0.7 for i, lp in raw[0].top_logprobs}
+        norm = math.log(sum(math.exp(v) for v in scaled.values()))
+        assert dict(got[0].top_logprobs) == pytest.approx(
+            {i: v - norm for i, v in scaled.items()}, abs=1e-3)
+        # greedy is not processed by temperature or truncation: the same numbers as raw
+        greedy, _ = await run(engines["processed_logprobs"], p, max_tokens=4, logprobs=5)
+        assert ids(greedy) == ids(raw)
+        assert [t.logprob for t in greedy] == pytest.approx([t.logprob for t in raw], abs=1e-4)
+    finally:
+        for e in engines.values():
+            await e.aclose()

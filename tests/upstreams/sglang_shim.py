@@ -4,7 +4,9 @@ SGLang cannot run here (no GPU; the CPU lacks AVX2), so the `sglang` engine is t
 this: the request, stream and error shapes of SGLang 0.5.23 as its source defines them
 (`srt/managers/io_struct.py`, `srt/entrypoints/http_server.py`, the contract in
 `api/v1/api_types.py`; recorded in tests/engines/shapes/sglang/), on a real model, so greedy
-output through the gateway can be compared with the embedded engine's token for token.
+output through the gateway can be compared with the embedded engine's token for token. Its
+control endpoints (pause, continue, flush, weight versions, weights from disk) are SGLang's
+shapes over the embedded engine's own control plane.
 
     python -m tests.upstreams.sglang_shim --port 30000 [--incremental] [--deterministic]
 """
@@ -16,12 +18,13 @@ import asyncio
 import json
 import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from tokenwire.config import default_model_path
@@ -118,6 +121,10 @@ def make_app(engine: LlamaCppEngine, *, incremental: bool, deterministic: bool) 
                         finish = {"type": "stop", "matched": ev.stop_token.token_id}
                     else:
                         finish = {"type": "length", "length": params.max_tokens}
+                    if ev.weight_versions:  # SGLang's finished outputs carry their spans
+                        meta["weight_versions"] = [
+                            {"version": w.version, "start": w.start, "end": w.end}
+                            for w in ev.weight_versions]
                     yield chunk(new, finish)
 
         if not body.get("stream"):
@@ -156,10 +163,61 @@ def make_app(engine: LlamaCppEngine, *, incremental: bool, deterministic: bool) 
     async def health(request: Request) -> Response:
         return Response(status_code=200)
 
+    # -- the RL control endpoints (http_server.py, io_struct.py of 0.5.23) ----------------
+
+    async def pause_generation(request: Request) -> Response:
+        mode = json.loads(await request.body()).get("mode", "abort")
+        if mode not in ("abort", "retract", "in_place"):
+            return JSONResponse({"object": "error", "message": f"bad mode {mode!r}",
+                                 "type": "Bad Request", "param": None, "code": 400}, 400)
+        await engine.pause("abort" if mode == "abort" else "keep")
+        return JSONResponse({"message": "Generation paused successfully.", "status": "ok"})
+
+    async def continue_generation(request: Request) -> Response:
+        await engine.resume()
+        return JSONResponse({"message": "Generation continued successfully.", "status": "ok"})
+
+    async def flush_cache(request: Request) -> Response:
+        if engine.n_active:  # only an idle server flushes (timeout 0)
+            return PlainTextResponse("Flush cache failed.\n", 400)
+        await engine.reset_prefix_cache()
+        return PlainTextResponse("Cache flushed.\nPlease check backend logs for more details. "
+                                 "(When there are running or waiting requests, the operation "
+                                 "will not be performed.)\n")
+
+    async def update_weight_version(request: Request) -> Response:
+        body = json.loads(await request.body())
+        if body.get("abort_all_requests", True):  # SGLang's default
+            await engine.pause("abort")
+            await engine.resume()
+        await engine.set_weight_version(body["new_version"])
+        return JSONResponse({"success": True, "new_version": body["new_version"],
+                             "message": f"Weight version updated to {body['new_version']}"})
+
+    async def model_info(request: Request) -> Response:
+        return JSONResponse({"model_path": MODEL, "tokenizer_path": MODEL, "is_generation": True,
+                             "weight_version": engine.weight_version})
+
+    async def update_weights_from_disk(request: Request) -> Response:
+        body = json.loads(await request.body())
+        try:
+            await engine.load_weights(Path(body["model_path"]), body.get("weight_version"))
+        except TokenwireError as exc:
+            return JSONResponse({"success": False, "message": exc.message,
+                                 "num_paused_requests": 0}, 400)
+        return JSONResponse({"success": True, "message": "Succeeded to update model weights.",
+                             "num_paused_requests": 0})
+
     return Starlette(routes=[
         Route("/generate", generate, methods=["POST", "PUT"]),
         Route("/v1/models", models), Route("/server_info", server_info),
-        Route("/tokenize", tokenize, methods=["POST"]), Route("/health", health)])
+        Route("/tokenize", tokenize, methods=["POST"]), Route("/health", health),
+        Route("/pause_generation", pause_generation, methods=["POST"]),
+        Route("/continue_generation", continue_generation, methods=["POST"]),
+        Route("/flush_cache", flush_cache, methods=["GET", "POST"]),
+        Route("/update_weight_version", update_weight_version, methods=["POST"]),
+        Route("/model_info", model_info),
+        Route("/update_weights_from_disk", update_weights_from_disk, methods=["POST"])])
 
 
 def main() -> None:

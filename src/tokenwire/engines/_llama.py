@@ -171,6 +171,11 @@ class LlamaModel:
         `dst` at once, since the cells' bookkeeping is copied now."""
         L.llama_memory_seq_cp(self.memory, src, dst, -1, -1)
 
+    def logits(self, index: int) -> np.ndarray:
+        """The raw logits of the batch entry `index` (a copy)."""
+        ptr = L.llama_get_logits_ith(self.ctx, index)
+        return np.ctypeslib.as_array(ptr, shape=(self.n_vocab,)).astype(np.float64)
+
     def logprobs(self, index: int) -> np.ndarray:
         """log_softmax of the raw logits of the batch entry `index`."""
         ptr = L.llama_get_logits_ith(self.ctx, index)
@@ -278,6 +283,10 @@ def _ubatch_counter(model: LlamaModel) -> object:
     return counter
 
 
+_TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)])
+"""llama.cpp's `llama_token_data`, as numpy lays it out (12 bytes, no padding)."""
+
+
 class GrammarError(ValueError):
     """llama.cpp could not parse a grammar."""
 
@@ -318,6 +327,7 @@ class Sampler:
                  repetition_penalty: float = 1.0, prompt: Sequence[int] = (),
                  logit_bias: Sequence[tuple[int, float]] = ()):
         n_vocab = model.n_vocab
+        self._candidates: np.ndarray | None = None
         self.ptr = L.llama_sampler_chain_init(L.llama_sampler_chain_default_params())
         if grammar is not None:
             try:
@@ -359,6 +369,35 @@ class Sampler:
     def sample(self, model: LlamaModel, index: int) -> int:
         """Draw from the logits of batch entry `index` (and record the token in the chain)."""
         return int(L.llama_sampler_sample(self.ptr, model.ctx, index))
+
+    def sample_processed(self, model: LlamaModel, index: int) -> tuple[int, np.ndarray]:
+        """`sample`, done as llama.cpp's `llama_sampler_sample` does it (apply the chain to
+        the candidates, take the one it selected, accept it), keeping what the chain left of
+        the logits: after grammar, bias, penalties, temperature, min-p, top-k and top-p, -inf
+        for every id it truncated (vLLM's processed logits)."""
+        n = model.n_vocab
+        if self._candidates is None:
+            self._candidates = np.zeros(n, dtype=_TOKEN_DATA)
+            self._candidates["id"] = np.arange(n, dtype=np.int32)
+        cand = self._candidates
+        ptr = L.llama_get_logits_ith(model.ctx, index)
+        cand["logit"] = np.ctypeslib.as_array(ptr, shape=(n,))
+        cand["p"] = 0.0
+        cur = L.llama_token_data_array(
+            data=ctypes.cast(cand.ctypes.data, L.llama_token_data_p), size=n, selected=-1,
+            sorted=False)
+        L.llama_sampler_apply(self.ptr, ctypes.byref(cur))
+        if not 0 <= cur.selected < cur.size:
+            raise RuntimeError("llama.cpp's sampler chain selected no token")
+        # the samplers may point `data` elsewhere (a sorted copy) and keep fewer candidates
+        address = ctypes.cast(cur.data, ctypes.c_void_p).value or 0
+        raw = (ctypes.c_char * (cur.size * _TOKEN_DATA.itemsize)).from_address(address)
+        left = np.frombuffer(raw, dtype=_TOKEN_DATA)  # type: ignore[call-overload]
+        token = int(left["id"][cur.selected])
+        processed = np.full(n, -np.inf)
+        processed[left["id"]] = left["logit"]
+        L.llama_sampler_accept(self.ptr, token)
+        return token, processed
 
     def free(self) -> None:
         if self.ptr:

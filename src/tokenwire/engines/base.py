@@ -95,7 +95,8 @@ class SamplingParams:
     seed: int | None = None
     """Seed of the sampler's random generator (32 bits); None: a random seed."""
     logprobs: int | None = None
-    """None: no logprobs; k >= 0: the chosen token's logprob and the k most likely tokens'."""
+    """None: no logprobs; k >= 0: the chosen token's logprob and the k most likely tokens'
+    (of the distribution `EngineInfo.logprobs_mode` names)."""
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     """OpenAI's penalties: they count the output only."""
@@ -212,6 +213,8 @@ class EngineInfo:
     """Can constrain decoding by a `Grammar` that holds from the first token."""
     supports_lazy_grammar: bool = True
     """Can constrain decoding by a lazy `Grammar` (one that starts at a trigger word)."""
+    logprobs_mode: str | None = None
+    """What its logprobs are (vLLM's `--logprobs-mode` names), where known."""
 
 
 @dataclass(frozen=True)

@@ -94,6 +94,11 @@ class LlamaServerEngine(UpstreamEngine):
     def engine_info(self, first: UpstreamInfo) -> EngineInfo:
         return dataclasses.replace(super().engine_info(first), supports_prompt_logprobs=False)
 
+    @property
+    def logprobs_mode(self) -> str | None:
+        """`n_probs` without `post_sampling_probs`: the raw distribution's."""
+        return "raw_logprobs"
+
     async def tokenize(self, replica: Replica, texts: Sequence[str]) -> list[list[int]] | None:
         got = await self.tokenize_each(replica, texts, "/tokenize", lambda t: {
             "content": t, "add_special": False, "parse_special": True})

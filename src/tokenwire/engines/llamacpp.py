@@ -102,6 +102,13 @@ def _failed(message: str, cause: BaseException) -> EngineError:
     return err
 
 
+def _log_softmax(logits: np.ndarray) -> np.ndarray:
+    """Over the finite entries (-inf stays -inf: what the sampler truncated)."""
+    m = logits.max()
+    out: np.ndarray = logits - (m + np.log(np.exp(logits - m).sum()))
+    return out
+
+
 def _scored(lp: np.ndarray, token: int, k: int) -> TokenEvent:
     """`token` with its logprob and the `k` most likely tokens, most likely first."""
     top: tuple[tuple[int, float], ...] = ()
@@ -152,14 +159,17 @@ class LlamaCppEngine:
                  max_model_len: int | None = None, n_parallel: int = 4, n_batch: int = 512,
                  n_threads: int | None = None, max_queued: int = 256,
                  tokenizer: HFTokenizer | None = None, prefix_cache: bool = True,
-                 count_ubatches: bool = False, deterministic: bool = False):
+                 count_ubatches: bool = False, deterministic: bool = False,
+                 logprobs_mode: str = "raw_logprobs"):
         """`model_id` defaults to the file name without its quantization suffix; `tokenizer`:
         the pinned portable tokenizer, checked against llama.cpp's at start; `prefix_cache`:
         off, every prompt is prefilled in full and no slot keeps its KV;
         `count_ubatches`: see `LlamaModel` (tests only); `deterministic`: each sequence is
         decoded in forward passes of its own, with no cached prefix (llama.cpp's kernels take
         other paths for other batch shapes: the same sequence batched with others samples other
-        ids now and then), so its output is what it is alone."""
+        ids now and then), so its output is what it is alone; `logprobs_mode`: vLLM's names,
+        raw (the model's distribution) or processed (the one the sampler chain drew from), as
+        logprobs or logits."""
         if n_batch < n_parallel:
             # every decoding sequence puts one token in each batch
             raise ValueError(f"n_batch ({n_batch}) must be at least n_parallel ({n_parallel})")
@@ -173,6 +183,7 @@ class LlamaCppEngine:
         self._tokenizer = tokenizer
         self._prefix_cache = prefix_cache and not deterministic
         self._solo = deterministic
+        self._logprobs_mode = logprobs_mode
         self._count_ubatches = count_ubatches
         self._llama: LlamaModel | None = None
         self._info: EngineInfo | None = None
@@ -216,6 +227,7 @@ class LlamaCppEngine:
             vocab_size=self._llama.n_vocab,
             eog_ids=self._llama.eog_ids(),
             max_sequences=self._n_parallel + self._max_queued,
+            logprobs_mode=self._logprobs_mode,
         )
 
     def _new_model(self, path: Path) -> LlamaModel:
@@ -590,11 +602,20 @@ class LlamaCppEngine:
 
     def _sample(self, llama: LlamaModel, seq: _Seq) -> None:
         assert seq.sampler is not None
-        lp = llama.logprobs(seq.batch_index) if seq.params.logprobs is not None else None
+        mode = self._logprobs_mode
+        k = seq.params.logprobs
+        lp = None
+        if k is not None and mode.startswith("raw"):
+            lp = llama.logprobs(seq.batch_index) if mode == "raw_logprobs" \
+                else llama.logits(seq.batch_index)
         if seq.n_out < seq.params.min_tokens:
             llama.ban(seq.batch_index, seq.stops)  # after the raw logprobs were read
-        token = seq.sampler.sample(llama, seq.batch_index)
-        ev = TokenEvent(token) if lp is None else _scored(lp, token, seq.params.logprobs or 0)
+        if k is not None and mode.startswith("processed"):
+            token, processed = seq.sampler.sample_processed(llama, seq.batch_index)
+            lp = _log_softmax(processed) if mode == "processed_logprobs" else processed
+        else:
+            token = seq.sampler.sample(llama, seq.batch_index)
+        ev = TokenEvent(token) if lp is None else _scored(lp, token, k or 0)
         seq.n_out += 1
         span = seq.spans[-1] if seq.spans else None
         if span is not None and span[0] == self._version:

@@ -13,7 +13,18 @@ was checked how). SGLang's conventions, translated here and nowhere else:
   `--enable-deterministic-inference` (read from `/server_info`): elsewhere a seeded request is
   refused by name rather than silently sampled with another seed;
 - `max_new_tokens` is always sent (its default is 128), and the sampler fields SGLang would
-  otherwise default are sent neutral.
+  otherwise default are sent neutral;
+- finished outputs' `meta_info.weight_versions` are vLLM's spans already (`[{version, start,
+  end}]` over output indexes, the stop id's included): passed on;
+- the control plane (vLLM's RL endpoints) maps to SGLang's own (`_control_request`, read in
+  `srt/entrypoints/http_server.py` and `io_struct.py` of 0.5.23): `pause` to
+  `/pause_generation` (`abort`, and `keep` as `in_place`; vLLM's draining `wait` has no SGLang
+  mode and is refused by name), `resume` to `/continue_generation`, `update_weight_version`
+  (without SGLang's default abort of every request), `weight_info` to `/model_info`,
+  `reset_prefix_cache` to `/flush_cache`, new weights from disk (`update_info.weights_path`,
+  or `collective_rpc` `reload_weights`) to `/update_weights_from_disk`, `sleep`/`wake_up` to
+  `/release_memory_occupation`/`/resume_memory_occupation`; the rest (no SGLang counterpart:
+  `is_paused`, `is_sleeping`, the NCCL transfer calls) is refused by name.
 """
 
 from __future__ import annotations
@@ -23,11 +34,13 @@ from typing import Any
 
 from ..errors import InvalidRequestError, ServiceUnavailableError, UnsupportedParameterError
 from .base import (
+    ControlCall,
     EngineEvent,
     FinishEvent,
     PromptLogprobsEvent,
     SamplingParams,
     TokenEvent,
+    WeightSpan,
 )
 from .upstream import ChunkDecoder, Replica, UpstreamEngine, UpstreamInfo, structural_tag
 
@@ -82,8 +95,12 @@ class _Decoder(ChunkDecoder):
             if kind == "stop" and tokens and tokens[-1].token_id in self._stops:
                 stop_token = tokens.pop()
             events += tokens
-            events.append(FinishEvent("length" if kind == "length" or self._params.max_tokens
-                                      == 0 else "stop", stop_token=stop_token))
+            spans = meta.get("weight_versions")
+            events.append(FinishEvent(
+                "length" if kind == "length" or self._params.max_tokens == 0 else "stop",
+                stop_token=stop_token, weight_versions=tuple(
+                    WeightSpan(str(w["version"]), int(w["start"]), int(w["end"]))
+                    for w in spans) if isinstance(spans, list) and spans else None))
             return events
         return events + tokens
 
@@ -99,9 +116,96 @@ class _Decoder(ChunkDecoder):
         return PromptLogprobsEvent(tuple(entries))
 
 
+_PAUSE_MODES = {"abort": "abort", "keep": "in_place"}
+"""vLLM's pause modes -> SGLang's (`PauseGenerationReqInput.mode`)."""
+
+
+def _disk_path(call: ControlCall) -> str:
+    """The checkpoint a weight update names (vLLM's `collective_rpc` `reload_weights`, or
+    tokenwire's from-disk `update_info`)."""
+    body = call.body if isinstance(call.body, dict) else {}
+    if call.op == "collective_rpc":
+        if body.get("method") != "reload_weights":
+            raise UnsupportedParameterError(
+                f"collective_rpc method {body.get('method')!r}: SGLang has no vLLM workers; "
+                "reload_weights (kwargs.weights_path) maps to its /update_weights_from_disk",
+                param="method")
+        path, param = (body.get("kwargs") or {}).get("weights_path"), "kwargs.weights_path"
+    else:
+        path, param = (body.get("update_info") or {}).get("weights_path"), \
+            "update_info.weights_path"
+    if not isinstance(path, str) or not path:
+        raise InvalidRequestError(
+            f"{param}: SGLang loads new weights from disk (/update_weights_from_disk): name "
+            "the checkpoint directory on its machine", param=param)
+    return path
+
+
 class SGLangEngine(UpstreamEngine):
     name = "sglang"
     health_path = "/v1/models"  # SGLang's /health runs a generation: busy replicas time out
+
+    def control_request(self, call: ControlCall) -> tuple[str, str, Any]:
+        body = call.body if isinstance(call.body, dict) else {}
+        op = call.op
+        if op == "pause":
+            mode = dict(call.query).get("mode", "abort")
+            if mode not in _PAUSE_MODES:
+                raise UnsupportedParameterError(
+                    f"pause?mode={mode}: SGLang has no draining pause (its modes are abort, "
+                    "retract and in_place); pause with mode=abort or mode=keep", param="mode")
+            return "POST", "/pause_generation", {"mode": _PAUSE_MODES[mode]}
+        if op == "resume":
+            return "POST", "/continue_generation", {}
+        if op in ("update_weight_version", "finish_weight_update"):
+            key = "new_version" if op == "update_weight_version" else "weight_version"
+            version = body.get(key)
+            if not isinstance(version, str) or not version:
+                raise InvalidRequestError(f"{key} must be a non-empty string (SGLang's "
+                                          "/update_weight_version needs one)", param=key)
+            # vLLM's relabels; SGLang's aborts every request unless told not to
+            return "POST", "/update_weight_version", {"new_version": version,
+                                                      "abort_all_requests": False}
+        if op == "weight_info":
+            return "GET", "/model_info", None
+        if op == "reset_prefix_cache":
+            return "POST", "/flush_cache", None
+        if op in ("update_weights", "collective_rpc"):
+            info = body.get("update_info")
+            req: dict[str, Any] = {"model_path": _disk_path(call)}
+            if isinstance(info, dict) and isinstance(info.get("weight_version"), str):
+                req["weight_version"] = info["weight_version"]
+            return "POST", "/update_weights_from_disk", req
+        if op == "sleep":
+            return "POST", "/release_memory_occupation", {}
+        if op == "wake_up":
+            return "POST", "/resume_memory_occupation", {}
+        raise UnsupportedParameterError(
+            f"{op} has no SGLang counterpart (its server has no {op} endpoint); the control "
+            "calls SGLang upstreams take: pause (abort, keep), resume, update_weight_version, "
+            "weight_info, reset_prefix_cache, update_weights and collective_rpc reload_weights "
+            "(from disk), finish_weight_update, sleep, wake_up", param=op)
+
+    def control_answer(self, call: ControlCall, status: int, body: Any) -> tuple[int, Any]:
+        op = call.op
+        data = body if isinstance(body, dict) else {}
+        if op == "reset_prefix_cache":
+            # SGLang: 400 and a text while requests run (vLLM: 200, success false)
+            return (200, {"success": status == 200}) if status in (200, 400) else (status, body)
+        if not 200 <= status < 300 or data.get("success") is False:
+            return (status if status >= 400 else 502), body
+        answers: dict[str, Any] = {
+            "pause": {"status": "paused"},
+            "resume": {"status": "resumed"},
+            "update_weight_version": {"success": True, "new_version": data.get("new_version")},
+            "finish_weight_update": {"message": "Weight update finished"},
+            "weight_info": {"weight_version": data.get("weight_version")},
+            "update_weights": {"message": "Weights updated"},
+            "collective_rpc": {"results": [None]},
+            "sleep": {"status": "sleeping", "level": 1},
+            "wake_up": {"status": "awake", "tags": None},
+        }
+        return status, answers.get(op, body)
 
     async def describe(self, replica: Replica) -> UpstreamInfo:
         card = await self.model_card(replica)

@@ -156,6 +156,12 @@ class _Decoder(ChunkDecoder):
 class VllmEngine(UpstreamEngine):
     name = "vllm"
 
+    @property
+    def logprobs_mode(self) -> str | None:
+        """vLLM's `--logprobs-mode`, which its responses do not name: the operator's setting,
+        which says what the upstreams were started with (vLLM's default: raw_logprobs)."""
+        return self.settings.logprobs_mode
+
     async def describe(self, replica: Replica) -> UpstreamInfo:
         card = await self.model_card(replica)
         length = card.get("max_model_len")

@@ -274,7 +274,7 @@ class ChatChoice(ResponseModel):
 class _TokenNative(ResponseModel):
     omit_if_none = frozenset(
         {"prompt_token_ids", "tokenizer_version", "template_version", "token_ids_source",
-         "usage", "system_fingerprint", "warnings", "prompt_logprobs"}
+         "usage", "system_fingerprint", "warnings", "prompt_logprobs", "logprobs_mode"}
     )
     id: str
     created: int
@@ -288,6 +288,10 @@ class _TokenNative(ResponseModel):
     """Content hash of the chat template and tool format that rendered the prompt."""
     token_ids_source: Literal["sampled", "translated", "retokenized"] | None = None
     """Provenance of the output ids: "sampled" only when they are the ones the model sampled."""
+    logprobs_mode: str | None = None
+    """When logprobs were asked for: what they are (vLLM's `--logprobs-mode` names:
+    `raw_logprobs`, the model's distribution; `processed_logprobs`, the one the sampler drew
+    from), where the engine says."""
     warnings: list[ResponseWarning] | None = None
     """E.g. ids flagged as non-canonical (streams: on the first chunk)."""
 

@@ -139,7 +139,7 @@ class CompletionChoice(ResponseModel):
 
 class _CompletionBase(ResponseModel):
     omit_if_none = frozenset({"tokenizer_version", "token_ids_source", "usage",
-                              "system_fingerprint", "warnings"})
+                              "system_fingerprint", "warnings", "logprobs_mode"})
     id: str
     object: Literal["text_completion"] = "text_completion"
     created: int
@@ -150,6 +150,10 @@ class _CompletionBase(ResponseModel):
     tokenizer_version: str | None = None
     token_ids_source: Literal["sampled", "translated", "retokenized"] | None = None
     warnings: list[ResponseWarning] | None = None
+    logprobs_mode: str | None = None
+    """When logprobs were asked for: what they are (vLLM's `--logprobs-mode` names:
+    `raw_logprobs`, the model's distribution; `processed_logprobs`, the one the sampler drew
+    from), where the engine says."""
 
 
 class Completion(_CompletionBase):

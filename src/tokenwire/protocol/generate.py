@@ -229,7 +229,8 @@ class GenerateChoice(ResponseModel):
 
 class _GenerateBase(ResponseModel):
     omit_if_none = frozenset({"prompt_token_ids", "tokenizer_version", "token_ids_source",
-                              "usage", "model", "created", "prompt_logprobs", "warnings"})
+                              "usage", "model", "created", "prompt_logprobs", "warnings",
+                              "logprobs_mode"})
     request_id: str
     model: str | None = None
     created: int | None = None
@@ -241,6 +242,10 @@ class _GenerateBase(ResponseModel):
     """tokenwire's addition: the full version every id here belongs to."""
     token_ids_source: Literal["sampled", "translated", "retokenized"] | None = None
     warnings: list[ResponseWarning] | None = None
+    logprobs_mode: str | None = None
+    """When logprobs were asked for: what they are (vLLM's `--logprobs-mode` names:
+    `raw_logprobs`, the model's distribution; `processed_logprobs`, the one the sampler drew
+    from), where the engine says."""
 
 
 class GenerateResponse(_GenerateBase):

@@ -210,7 +210,8 @@ class ChatService(GenerationService):
                      sent_ids=bool(spans), skip_special=bool(req.skip_special_tokens),
                      shows_ids=bool(req.response_format_tokens) or req.return_token_ids,
                      id=f"chatcmpl-{req.request_id or uuid.uuid4().hex}",
-                     warnings=warnings or None)
+                     warnings=warnings or None,
+                     logprobs_mode=model.engine.info.logprobs_mode if req.logprobs else None)
 
     async def updates(self, plan: ChatPlan) -> AsyncGenerator[ChoiceUpdate, None]:
         """Admit a plan's choices; their updates (what the Responses API renders instead)."""

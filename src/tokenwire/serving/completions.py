@@ -133,7 +133,9 @@ class CompletionService(GenerationService):
                      prompts=ids, shows_ids=req.return_token_ids, sent_ids=bool(spans),
                      skip_special=bool(req.skip_special_tokens),
                      id=f"cmpl-{req.request_id or uuid.uuid4().hex}",
-                     warnings=warnings or None)
+                     warnings=warnings or None,
+                     logprobs_mode=model.engine.info.logprobs_mode
+                     if req.logprobs is not None else None)
 
     async def _start(self, plan: _Plan) -> AsyncGenerator[ChoiceUpdate, None]:
         req = plan.req

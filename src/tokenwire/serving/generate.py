@@ -176,7 +176,8 @@ class GenerateService(GenerationService):
         warnings = self._guard.check_ids(spans, tok, raw_prompt=True, caller_key=caller.api_key)
         self._guard.check_prompts([("token_ids", req.token_ids)], tok, "token_ids")
         return _Plan(req=req, model=model, space=space, shows_ids=True, sent_ids=True,
-                     grammar=grammar,
+                     grammar=grammar, logprobs_mode=model.engine.info.logprobs_mode
+                     if sp.logprobs is not None else None,
                      id=f"generate-tokens-{req.request_id or uuid.uuid4().hex}",
                      warnings=warnings or None)
 
@@ -224,7 +225,7 @@ class GenerateService(GenerationService):
 
     def _envelope(self, plan: _Plan) -> dict[str, object]:
         return {"request_id": plan.id, "tokenizer_version": plan.space.client.version,
-                "token_ids_source": plan.source}
+                "token_ids_source": plan.source, "logprobs_mode": plan.logprobs_mode}
 
     def _first(self, plan: _Plan) -> dict[str, object]:
         """What only the first event (or the whole response) carries."""

@@ -78,6 +78,9 @@ class Plan:
 
     skip_special: bool = False
     """Control tokens add no text to the output (`skip_special_tokens`)."""
+    logprobs_mode: str | None = None
+    """What the response's logprobs are (vLLM's `--logprobs-mode` names), when it has any and
+    the engine says."""
 
     def out_ids(self, ids: list[int]) -> list[int]:
         """A whole choice's output ids in the client's version (translated when it is not the
@@ -117,6 +120,8 @@ class Plan:
         if self.shows_ids:
             env["tokenizer_version"] = self.space.client.version
             env["token_ids_source"] = self.source
+        if self.logprobs_mode is not None:
+            env["logprobs_mode"] = self.logprobs_mode
         return env
 
     @property

@@ -47,19 +47,26 @@ class FleetControl:
     async def call(self, call: ControlCall) -> list[ControlAnswer]:
         """`call` on every replica at once; each replica's answer, in replica order."""
         method, path, body = self._engine.control_request(call)
-        query = f"?{urlencode(call.query)}" if call.query else ""
-        answers = await asyncio.gather(*(self._one(r, method, path + query, body)
+        query = f"?{urlencode(call.query)}" if call.query and "?" not in path else ""
+        answers = await asyncio.gather(*(self._one(r, call, method, path + query, body)
                                          for r in self._engine.replicas))
         if any(a.ok for a in answers):
             self._remember(call)
         return list(answers)
 
-    async def _one(self, r: Replica, method: str, path: str, body: Any) -> ControlAnswer:
+    async def _one(self, r: Replica, call: ControlCall, method: str, path: str,
+                   body: Any) -> ControlAnswer:
         try:
             status, data = await self._engine.call(r, method, path, body)
         except TRANSPORT_ERRORS as exc:
             return ControlAnswer(r.name, 503, {"error": f"unreachable: {exc!r}"})
-        return ControlAnswer(r.name, status, data)
+        return ControlAnswer(r.name, *self._engine.control_answer(call, status, data))
+
+    async def _ask(self, r: Replica, call: ControlCall) -> tuple[int, Any]:
+        """`call` on one replica, in the protocol's terms, answered in vLLM's."""
+        method, path, body = self._engine.control_request(call)
+        status, data = await self._engine.call(r, method, path, body)
+        return self._engine.control_answer(call, status, data)
 
     def _remember(self, call: ControlCall) -> None:
         body = call.body if isinstance(call.body, dict) else {}
@@ -76,7 +83,7 @@ class FleetControl:
         """Bring a replica that is about to serve to the fleet's state; why it cannot serve
         yet, or None."""
         if self.weight_version is not None:
-            status, data = await self._engine.call(r, "GET", "/weight_info")
+            status, data = await self._ask(r, ControlCall("weight_info"))
             theirs = data.get("weight_version") if isinstance(data, dict) else None
             if status != 200 or theirs != self.weight_version:
                 return (f"it serves weights labelled {theirs!r}, the fleet "
@@ -84,7 +91,7 @@ class FleetControl:
                         "control plane's weight calls reach it)")
         if self.paused is not None:
             # nothing is in flight there yet: any mode pauses it the same
-            status, _ = await self._engine.call(r, "POST", "/pause?mode=abort")
+            status, _ = await self._ask(r, ControlCall("pause", (("mode", "abort"),)))
             if status != 200:
                 return f"the fleet is paused, and it answered {status} to /pause"
             log.info("upstream %s joins a paused fleet: paused", r.url)

@@ -117,6 +117,11 @@ class UpstreamEngine:
             "replicas (vLLM's RL endpoints are served in front of vLLM upstreams)",
             param=call.op)
 
+    def control_answer(self, call: ControlCall, status: int, body: Any) -> tuple[int, Any]:
+        """A replica's answer to `control_request(call)`, as vLLM answers `call` (status,
+        body); the default: as it came."""
+        return status, body
+
     async def control(self, call: ControlCall) -> list[ControlAnswer]:
         """`Controllable`: `call` on every replica (control.py)."""
         return await self.fleet.call(call)
@@ -201,7 +206,13 @@ class UpstreamEngine:
         cap = self._settings.max_model_len  # the operator's, at most what the upstream holds
         return EngineInfo(model=self._settings.served_model_name or model,
                           max_model_len=min(first.max_model_len, cap or first.max_model_len),
-                          vocab_size=tok.vocab_size, eog_ids=self._spec.eog_ids)
+                          vocab_size=tok.vocab_size, eog_ids=self._spec.eog_ids,
+                          logprobs_mode=self.logprobs_mode)
+
+    @property
+    def logprobs_mode(self) -> str | None:
+        """What the upstream's logprobs are, where the protocol knows (None: unknown)."""
+        return None
 
     async def start(self) -> None:
         """Wait for a first replica to be verified (the others may come later), learn the
