@@ -198,8 +198,9 @@ async def test_tokenize_messages_refuses_what_chat_refuses(make_app, tok: HFToke
     control ids, the message and id limits, the content policy, non-canonical ids."""
     policy = tmp_path / "policy.json"
     policy.write_text(json.dumps({"blocked_phrases": ["forbidden recipe"]}))
+    # (raw prompts denied: a caller allowed them may send control ids in assistant history)
     app = make_app(max_messages=3, max_request_token_ids=40, content_policy=policy,
-                   non_canonical_tokens="reject")
+                   non_canonical_tokens="reject", raw_prompts="deny")
     im_start = tok.special_id("<|im_start|>")
     odd = tok.encode("Say only ") + tok.encode("y") + tok.encode("es.")
     assert odd != tok.encode(tok.decode(odd))

@@ -148,7 +148,7 @@ async def generate(request: Request) -> Response:
 async def tokenize(request: Request) -> Response:
     req = parse_body(await request.body(), TokenizeRequest)
     service: TokenizeService = request.app.state.tokenize
-    return ModelResponse(service.tokenize(req))
+    return ModelResponse(service.tokenize(req, caller_of(request)))
 
 
 async def detokenize(request: Request) -> Response:

@@ -28,6 +28,7 @@ from ..tokenizers.translate import translator
 from .guard import Guard
 from .messages import message_id_spans, render_messages
 from .models import ModelRegistry, ServedModel
+from .plan import ANONYMOUS, Caller
 from .template import ChatTemplate
 from .tokens import IdSpan, TokenSpace, check_id_range, resolve_token_space
 from .toolformat import template_version
@@ -99,7 +100,7 @@ class TokenizeService:
         return max(lens) if lens else None
 
     @conversion_reason("tokenize")
-    def tokenize(self, req: TokenizeRequest) -> TokenizeResponse:
+    def tokenize(self, req: TokenizeRequest, caller: Caller = ANONYMOUS) -> TokenizeResponse:
         if (req.prompt is None) == (req.messages is None):
             raise InvalidRequestError("send exactly one of prompt and messages",
                                       param="prompt" if req.prompt is not None else "messages",
@@ -116,10 +117,14 @@ class TokenizeService:
         extra: dict[str, Any] = {}
         if req.messages is not None:
             # chat's own checks: the prompt is the chat prompt, or the same refusal
-            warnings = self._guard.check_conversation(req.messages, req.tools or [], space)
+            warnings = self._guard.check_conversation(req.messages, req.tools or [], space,
+                                                      caller.api_key)
             template = self._template(entry, model)
+            s = self._settings
             conv = render_messages(req.messages, space, template, tools=req.tools or [],
-                                   add_generation_prompt=req.add_generation_prompt)
+                                   add_generation_prompt=req.add_generation_prompt,
+                                   control_ids=s.allow_special_token_ids
+                                   or s.raw_prompts_allowed(caller.api_key))
             ids = conv.ids
             extra = {
                 "template_version": model.template_version if model is not None
