@@ -20,7 +20,13 @@ from starlette.routing import Route
 
 from tests.conftest import _free_port, start_server
 from tokenwire.config import Settings
-from tokenwire.engines.base import FinishEvent, PromptLogprobsEvent, SamplingParams, TokenEvent
+from tokenwire.engines.base import (
+    FinishEvent,
+    PromptLogprobsEvent,
+    SamplingParams,
+    TokenEvent,
+    WeightSpan,
+)
 from tokenwire.engines.registry import EngineSpec
 from tokenwire.engines.upstream import UpstreamEngine
 from tokenwire.errors import (
@@ -301,8 +307,11 @@ async def test_sglang_stream_either_mode(tok, gguf_info, model_path, mode: str) 
     async with engine("sglang", up, gguf_info, model_path, eog=frozenset({2})) as eng:
         assert eng.info.max_model_len == 131072
         events = await run(eng, [1, 2], temperature=0.0)
+        # the recorded finish names its weights (`meta_info.weight_versions`, SGLang's
+        # default label): passed on, the matched stop id's index included
         assert events == [TokenEvent(12366), TokenEvent(13),
-                          FinishEvent("stop", stop_token=TokenEvent(2))]
+                          FinishEvent("stop", stop_token=TokenEvent(2),
+                                      weight_versions=(WeightSpan("default", 0, 3),))]
         [sent] = up.generation_bodies("/generate")
         assert set(sent["sampling_params"]) <= SGLANG_SAMPLING_FIELDS
         assert sent["input_ids"] == [1, 2] and sent["sampling_params"]["max_new_tokens"] == 16
