@@ -4,6 +4,7 @@ of turn the model sampled is part of the sample, with its logprob; fed back in a
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import httpx
@@ -96,3 +97,37 @@ def test_a_response_says_which_weights_made_it(live_server: LiveServer) -> None:
     # over the whole output, the end of turn the model sampled included
     assert [(s["start"], s["end"]) for s in spans] == [(0, len(sampled) + 1)]
     assert r.usage is not None and r.usage.output_tokens == len(sampled) + 1
+
+
+@pytest.mark.skipif(TEST_UPSTREAM != "", reason="the embedded engine's control plane (through "
+                    "a gateway, versions change with the upstreams': tests/e2e/test_vllm.py)")
+def test_a_stream_shows_new_weights_as_they_come(live_server: LiveServer) -> None:
+    """pause?mode=keep, a new label, resume, in the middle of a stream: the chunk where the
+    weights changed says so, and the last one has both spans."""
+    body = {"model": MODEL, "stream": True, "temperature": 0, "max_tokens": 40,
+            "ignore_eos": True, "messages": [{"role": "user", "content": "Tell me a story."}]}
+    seen: list[list[dict[str, Any]]] = []
+    n_chunks = 0
+    with httpx.Client(base_url=live_server.url, timeout=60) as http, \
+            httpx.Client(base_url=live_server.url, timeout=60) as admin:
+        before = admin.get("/weight_info").json()["weight_version"]
+        with http.stream("POST", "/v1/chat/completions", json=body) as r:
+            for line in r.iter_lines():
+                if not line.startswith("data: {"):
+                    continue
+                n_chunks += 1
+                for c in json.loads(line[6:])["choices"]:
+                    if c.get("weight_versions"):
+                        seen.append(c["weight_versions"])
+                if n_chunks == 6:
+                    try:
+                        assert admin.post("/pause", params={"mode": "keep"}).status_code == 200
+                        admin.post("/update_weight_version", json={"new_version": "mid-stream"})
+                    finally:
+                        assert admin.post("/resume").status_code == 200
+    first, changed, last = seen[0], seen[1], seen[-1]
+    assert first == [{"version": before, "start": 0, "end": 1}]
+    [(old, new)] = [(changed[0], changed[1])]
+    assert old["version"] == before and new["version"] == "mid-stream"
+    assert old["end"] == new["start"] and new["end"] == new["start"] + 1
+    assert last == [old, {"version": "mid-stream", "start": new["start"], "end": 40}]

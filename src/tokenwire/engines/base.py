@@ -141,6 +141,10 @@ class TokenEvent:
     token_id: int
     logprob: float | None = None
     top_logprobs: tuple[tuple[int, float], ...] = ()
+    weight_version: str | None = None
+    """Set where the weights that sampled it differ from the previous token's (and on the
+    first), by an engine that knows mid-generation (the embedded one): a stream shows the
+    change as it happens."""
 
 
 @dataclass(frozen=True, slots=True)

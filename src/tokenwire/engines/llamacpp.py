@@ -21,7 +21,7 @@ import secrets
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
@@ -622,6 +622,7 @@ class LlamaCppEngine:
             span[2] = seq.n_out
         else:
             seq.spans.append([self._version, seq.n_out - 1, seq.n_out])
+            ev = replace(ev, weight_version=self._version)
         finished: FinishEvent | None = None
         if token in seq.stops:
             finished = self._finish(seq, "stop", stop_token=ev)

@@ -452,6 +452,8 @@ class ChatService(GenerationService):
                             tok, events, as_ids=as_ids, ids=plan.logprob_ids()))
                         if req.logprobs else None,
                         token_ids=out if req.return_token_ids else None,
+                        weight_versions=None if u.finish_reason is not None
+                        else wire_spans(u.weight_versions),
                     )])
                 if u.finish_reason is not None:
                     completion += u.n_sampled

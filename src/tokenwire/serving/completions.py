@@ -258,7 +258,9 @@ class CompletionService(GenerationService):
                         yield chunk(c, u.delta.text,
                                     ids=outs[c].push(u.delta.ids),
                                     logprobs=lps[c].take(u.delta.events)
-                                    if req.logprobs is not None else None)
+                                    if req.logprobs is not None else None,
+                                    spans=None if u.finish_reason is not None
+                                    else wire_spans(u.weight_versions))
                     if u.finish_reason is not None:
                         completion += u.n_sampled
                         cached[u.index] = u.cached_tokens

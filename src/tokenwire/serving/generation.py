@@ -49,7 +49,8 @@ class ChoiceUpdate:
     cached_tokens: int | None = None
     """On the finishing update: prompt tokens the engine's prefix cache served (if it says)."""
     weight_versions: tuple[WeightSpan, ...] | None = None
-    """On the finishing update: which weights sampled which tokens (if the engine says)."""
+    """On the finishing update: which weights sampled which tokens (if the engine says); on
+    another, the spans so far where the weights changed (the first token's included)."""
     migrations: tuple[str, ...] = ()
     """On the finishing update: each move to another upstream replica (a gateway's)."""
 
@@ -128,9 +129,14 @@ async def _pump(index: int, stream: EventStream, decoder: OutputDecoder,
                 check: OutputCheck | None, clock: TokenClock | None) -> None:
     n_sampled = 0
     text = ""
+    changes: list[tuple[str, int]] = []  # (weight version, first output index)
+    changed = False  # a change not told yet (its token's delta may be held back)
     try:
         async for ev in stream:
             if isinstance(ev, TokenEvent):
+                if ev.weight_version is not None:
+                    changes.append((ev.weight_version, n_sampled))
+                    changed = True
                 n_sampled += 1
                 if clock is not None:
                     clock.token()
@@ -146,7 +152,9 @@ async def _pump(index: int, stream: EventStream, decoder: OutputDecoder,
                                                 n_sampled))
                     return
                 if delta:
-                    out.put_nowait(ChoiceUpdate(index, delta))
+                    out.put_nowait(ChoiceUpdate(index, delta, weight_versions=_spans(
+                        changes, n_sampled) if changed else None))
+                    changed = False
             elif isinstance(ev, PromptLogprobsEvent):
                 out.put_nowait(ChoiceUpdate(index, Delta(), prompt_logprobs=ev.entries))
             elif isinstance(ev, FinishEvent):
@@ -241,6 +249,13 @@ async def _merge(streams: list[EventStream], decoders: list[OutputDecoder],
             t.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _spans(changes: Sequence[tuple[str, int]], n: int) -> tuple[WeightSpan, ...]:
+    """The spans of the first `n` output tokens, from where each version began."""
+    ends = [start for _, start in changes[1:]] + [n]
+    return tuple(WeightSpan(v, start, end) for (v, start), end in zip(changes, ends,
+                                                                       strict=True))
 
 
 def migration_warnings(before: list[ResponseWarning] | None,
