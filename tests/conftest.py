@@ -185,6 +185,21 @@ def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer
         upstream.stop()
 
 
+@contextlib.contextmanager
+def plain_live_server(tmp: Path) -> Iterator[LiveServer]:
+    """`tokenwire serve` as `make serve` starts it (the embedded model, no content policy,
+    keyless), in a thread, with a store of its own in `tmp`: for tests that change what the
+    shared `live_server` must keep (its weights, its records)."""
+    settings = Settings(port=_free_port(), tokenizer_store=tmp / "tokenizers")
+    app = create_app(settings)
+    server, thread = start_server(app, settings.port)
+    try:
+        yield LiveServer(url=f"http://127.0.0.1:{settings.port}", settings=settings, app=app)
+    finally:
+        server.should_exit = True
+        thread.join(timeout=60)
+
+
 # -- the in-process app on a scripted engine (fast HTTP-layer tests) ---------------------
 
 

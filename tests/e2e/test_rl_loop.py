@@ -16,10 +16,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import LiveServer, _free_port, start_server
+from tests.conftest import LiveServer, plain_live_server
 from tests.upstreams import hf_model_dir
-from tokenwire.config import Settings
-from tokenwire.server.app import create_app
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
@@ -50,13 +48,8 @@ def check_rows(rows: list[dict[str, Any]], steps: int) -> None:
 def plain(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     """`tokenwire serve` as `make serve` starts it (keyless: the control plane answers
     loopback), in a thread, with a store of its own: the loop changes its weights."""
-    tmp: Path = tmp_path_factory.mktemp("rl")
-    settings = Settings(port=_free_port(), tokenizer_store=tmp / "tokenizers")
-    app = create_app(settings)
-    server, thread = start_server(app, settings.port)
-    yield LiveServer(url=f"http://127.0.0.1:{settings.port}", settings=settings, app=app)
-    server.should_exit = True
-    thread.join(timeout=60)
+    with plain_live_server(tmp_path_factory.mktemp("rl")) as server:
+        yield server
 
 
 def test_the_loop_on_the_embedded_engine(plain: LiveServer, tmp_path: Path) -> None:

@@ -13,10 +13,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import LiveServer, _free_port, start_server
+from tests.conftest import LiveServer, plain_live_server
 from tests.e2e.test_storage_loop import PASSAGES, QUESTION, conversions, delta, id_loop, text_loop
-from tokenwire.config import Settings
-from tokenwire.server.app import create_app
 from tokenwire.tokenizers.hf import HFTokenizer
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
@@ -28,13 +26,8 @@ EXAMPLE = Path(__file__).parents[2] / "docs" / "examples" / "retrieval_loop.py"
 def plain_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     """`tokenwire serve` as `make serve` starts it (the embedded model, no content policy),
     in a thread, with a store of its own."""
-    tmp: Path = tmp_path_factory.mktemp("plain")
-    settings = Settings(port=_free_port(), tokenizer_store=tmp / "tokenizers")
-    app = create_app(settings)
-    server, thread = start_server(app, settings.port)
-    yield LiveServer(url=f"http://127.0.0.1:{settings.port}", settings=settings, app=app)
-    server.should_exit = True
-    thread.join(timeout=60)
+    with plain_live_server(tmp_path_factory.mktemp("plain")) as server:
+        yield server
 
 
 def test_the_id_loop_converts_nothing_and_the_text_loop_only_its_edges(

@@ -21,7 +21,7 @@ import numpy as np
 from .base import Grammar
 
 __all__ = ["Batch", "GrammarError", "LlamaModel", "LoraError", "Sampler", "check_grammar",
-           "default_threads", "silence_logs", "vocab_eog_ids"]
+           "default_threads", "log_softmax", "silence_logs", "vocab_eog_ids"]
 
 _LOG_CB = None
 
@@ -178,11 +178,7 @@ class LlamaModel:
 
     def logprobs(self, index: int) -> np.ndarray:
         """log_softmax of the raw logits of the batch entry `index`."""
-        ptr = L.llama_get_logits_ith(self.ctx, index)
-        logits = np.ctypeslib.as_array(ptr, shape=(self.n_vocab,)).astype(np.float64)
-        m = logits.max()
-        out: np.ndarray = logits - (m + np.log(np.exp(logits - m).sum()))
-        return out
+        return log_softmax(self.logits(index))
 
     def ban(self, index: int, ids: Iterable[int]) -> None:
         """Make `ids` unsampleable at batch entry `index` (their raw logits set to -inf: read
@@ -254,6 +250,13 @@ class Batch:
         for i, address in enumerate(self._own_seq_ids):
             self._pointers[i] = address
         L.llama_batch_free(self.raw)
+
+
+def log_softmax(logits: np.ndarray) -> np.ndarray:
+    """Over the finite entries (-inf stays -inf: what a sampler truncated)."""
+    m = logits.max()
+    out: np.ndarray = logits - (m + np.log(np.exp(logits - m).sum()))
+    return out
 
 
 def default_threads() -> int:

@@ -37,7 +37,15 @@ from ..errors import (
 from ..tokenizers.hf import HFTokenizer
 from ..tokenizers.probe import TokenizerParityError, first_mismatch
 from ._control import PauseMode, answer, content_version
-from ._llama import Batch, GrammarError, LlamaModel, LoraError, Sampler, check_grammar
+from ._llama import (
+    Batch,
+    GrammarError,
+    LlamaModel,
+    LoraError,
+    Sampler,
+    check_grammar,
+    log_softmax,
+)
 from ._slots import MIN_COPY, Slots, common_prefix
 from .base import (
     ControlAnswer,
@@ -100,13 +108,6 @@ def _failed(message: str, cause: BaseException) -> EngineError:
     err = EngineError(message)
     err.__cause__ = cause
     return err
-
-
-def _log_softmax(logits: np.ndarray) -> np.ndarray:
-    """Over the finite entries (-inf stays -inf: what the sampler truncated)."""
-    m = logits.max()
-    out: np.ndarray = logits - (m + np.log(np.exp(logits - m).sum()))
-    return out
 
 
 def _scored(lp: np.ndarray, token: int, k: int) -> TokenEvent:
@@ -612,7 +613,7 @@ class LlamaCppEngine:
             llama.ban(seq.batch_index, seq.stops)  # after the raw logprobs were read
         if k is not None and mode.startswith("processed"):
             token, processed = seq.sampler.sample_processed(llama, seq.batch_index)
-            lp = _log_softmax(processed) if mode == "processed_logprobs" else processed
+            lp = log_softmax(processed) if mode == "processed_logprobs" else processed
         else:
             token = seq.sampler.sample(llama, seq.batch_index)
         ev = TokenEvent(token) if lp is None else _scored(lp, token, k or 0)
