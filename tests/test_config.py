@@ -79,6 +79,7 @@ def test_seeds_are_mixed_not_truncated() -> None:
     (["--engine", "vllm", "--upstream", "http://h:8000"], "needs --tokenizer"),
     (["--upstream", "http://h:8000"], "--upstream is for upstream engines"),
     (["--engine", "tgi", "--upstream", "http://h:8000"], "engine: Input should be"),
+    (["--return-sampling-mask"], "needs logprobs_mode 'processed_logprobs'"),
 ])
 def test_serve_refuses_bad_engine_settings(args: list[str], message: str,
                                            capsys: pytest.CaptureFixture[str]) -> None:

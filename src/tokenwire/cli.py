@@ -36,7 +36,8 @@ def _serve(args: argparse.Namespace) -> int:
         "tokenizer": args.tokenizer, "upstream_model": args.upstream_model,
         "prefix_cache": args.prefix_cache, "default_max_tokens": args.default_max_tokens,
         "n_threads": args.n_threads, "n_batch": args.n_batch,
-        "deterministic": args.deterministic,
+        "deterministic": args.deterministic, "logprobs_mode": args.logprobs_mode,
+        "return_sampling_mask": args.return_sampling_mask,
     }.items() if v is not None}
     try:
         settings = Settings(**overrides)
@@ -266,6 +267,13 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--deterministic", action="store_const", const=True,
                    help="embedded engine: each sequence decoded alone, no cached prefix, so "
                    "its output does not depend on what else runs (costs the batching)")
+    s.add_argument("--logprobs-mode", choices=["raw_logprobs", "processed_logprobs",
+                                               "raw_logits", "processed_logits"],
+                   help="vLLM's: what logprobs report, of the model's distribution (raw, "
+                   "the default) or of the one the sampler drew from (processed)")
+    s.add_argument("--return-sampling-mask", action="store_const", const=True,
+                   help="vLLM's: each sampled token on /inference/v1/generate lists the ids "
+                   "the sampler could have drawn (needs --logprobs-mode processed_logprobs)")
     s.set_defaults(func=_serve)
 
     def remote(sp: argparse.ArgumentParser) -> None:

@@ -217,6 +217,13 @@ class Settings(BaseSettings):
         "logprobs or logits. The embedded engine computes it; in front of vLLM it says what "
         "the upstreams were started with. Every response with logprobs names it."
     )
+    return_sampling_mask: bool = Field(
+        False, description="Embedded engine: every sampled token on /inference/v1/generate "
+        "carries the ids the sampler could have drawn it from (`sampling_mask`, vLLM's "
+        "`--return-sampling-mask`); as in vLLM it needs logprobs_mode 'processed_logprobs', "
+        "and every request must sample (temperature > 0) with top_k > 0. In front of vLLM "
+        "the upstreams' masks are passed on whatever this says."
+    )
     deterministic: bool = Field(
         False, description="Embedded engine: every sequence gets forward passes of its own and "
         "no cached prefix, so a request's output is the one it gets alone on an idle server, "
@@ -311,6 +318,14 @@ class Settings(BaseSettings):
         if self.n_batch < self.n_parallel:
             raise ValueError("n_batch must be at least n_parallel (each decoding sequence "
                              "puts one token in every batch)")
+        return self
+
+    @model_validator(mode="after")
+    def _mask_fits_logprobs(self) -> Settings:
+        if self.return_sampling_mask and self.logprobs_mode != "processed_logprobs":
+            raise ValueError("return_sampling_mask needs logprobs_mode 'processed_logprobs' "
+                             "(vLLM's rule: the logprobs are then of the support the mask "
+                             "names)")
         return self
 
     @model_validator(mode="after")

@@ -398,6 +398,83 @@ def test_the_control_plane_reaches_sglang_in_its_own_terms(tmp_path: Path,
             r = http.post("/update_weights", json={"update_info": {}})
             assert (r.status_code, r.json()["error"]["param"]) == \
                 (400, "update_info.weights_path")
+            # pause in abort mode ends what runs with vLLM's finish reason, its ids kept
+            chunks: list[dict[str, Any]] = []
+            started = threading.Event()
+
+            def stream() -> None:
+                body = {"model": MODEL, "stream": True, "max_tokens": 400, "ignore_eos": True,
+                        "messages": [{"role": "user", "content": "Tell me a long story."}],
+                        "return_token_ids": True}
+                with http.stream("POST", "/v1/chat/completions", json=body) as resp:
+                    for line in resp.iter_lines():
+                        if line.startswith("data: {"):
+                            chunks.append(json.loads(line[6:]))
+                            if len(chunks) == 4:
+                                started.set()
+
+            t = threading.Thread(target=stream)
+            t.start()
+            assert started.wait(60)
+            assert http.post("/pause", params={"mode": "abort"}).status_code == 200
+            t.join(60)
+            finish = [c["choices"][0] for c in chunks if c["choices"]
+                      and c["choices"][0]["finish_reason"]]
+            assert [f["finish_reason"] for f in finish] == ["abort"]
+            got = [i for c in chunks if c["choices"] for i in c["choices"][0].get("token_ids")
+                   or []]
+            assert 3 <= len(got) < 400
+            assert http.post("/resume").json()["status"] == "resumed"
+    finally:
+        up.stop()
+
+
+def test_sampling_masks_come_through_the_gateway(tmp_path: Path) -> None:
+    """vLLM's `sampling_mask` (one list of drawable ids per sampled token) from an upstream
+    that returns them (a tokenwire started as vLLM is with `--return-sampling-mask`): the
+    gateway passes them on, whole and streamed, and vLLM's refusal of an unbounded sampler."""
+    up = tokenwire_upstream(tmp_path, n_parallel=1, env={
+        "TOKENWIRE_RETURN_SAMPLING_MASK": "true", "TOKENWIRE_LOGPROBS_MODE": "processed_logprobs"})
+    try:
+        prompt = httpx.post(f"{up.url}/v1/tokenize", json={"model": MODEL, "messages": [
+            {"role": "user", "content": "Say only yes."}]}).json()["tokens"]
+        sp = {"temperature": 0.8, "top_k": 8, "seed": 3, "max_tokens": 24, "logprobs": 8}
+        body = {"model": MODEL, "token_ids": prompt, "sampling_params": sp}
+        direct = httpx.post(f"{up.url}/inference/v1/generate", json=body, timeout=60).json()
+
+        def check(c: dict[str, Any]) -> None:  # each mask: what top-k left, the id among it
+            assert len(c["sampling_mask"]) == len(c["token_ids"]) > 0
+            for t, mask, lp in zip(c["token_ids"], c["sampling_mask"],
+                                   c["logprobs"]["content"], strict=True):
+                assert t in mask and 1 <= len(mask) <= 8
+                assert set(mask) == {e["token_id"] for e in lp["top_logprobs"]
+                                     if e["logprob"] > -9999}  # -inf is vLLM's -9999.0
+
+        check(direct["choices"][0])
+        # vLLM's rule on such a server: every request samples, from a bounded support
+        for path, req, param in [
+                ("/inference/v1/generate", {**body, "sampling_params": {**sp, "temperature": 0}},
+                 "sampling_params.temperature"),
+                ("/v1/chat/completions", {"model": MODEL, "messages": [
+                    {"role": "user", "content": "hi"}]}, "top_k")]:
+            r = httpx.post(f"{up.url}{path}", json=req)
+            assert (r.status_code, r.json()["error"]["param"]) == (400, param), r.text
+        with gateway(tmp_path, engine="vllm", upstream=[up.url]) as http:
+            [c] = http.post("/inference/v1/generate", json=body).json()["choices"]
+            check(c)
+            with http.stream("POST", "/inference/v1/generate",
+                             json={**body, "stream": True}) as resp:
+                chunks = [json.loads(line[6:]) for line in resp.iter_lines()
+                          if line.startswith("data: {")]
+            got = [(ch["token_ids"], ch["sampling_mask"]) for k in chunks
+                   for ch in k["choices"] if ch["token_ids"]]
+            assert all(len(ids) == len(m) for ids, m in got)
+            assert [m for _, ms in got for m in ms] == c["sampling_mask"]
+            # the upstream's rule (vLLM's): a bounded sampler, named in vLLM's terms
+            r = http.post("/inference/v1/generate", json={
+                **body, "sampling_params": {**sp, "top_k": 0}})
+            assert r.status_code == 400, r.text
+            assert "top_k" in r.text
     finally:
         up.stop()
 

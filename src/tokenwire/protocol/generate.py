@@ -213,6 +213,7 @@ class GenerateLogprobs(ResponseModel):
 
 
 class GenerateChoice(ResponseModel):
+    omit_if_none = frozenset({"sampling_mask", "routed_experts"})
     index: int
     finish_reason: str | None = None
     """"stop", "length" (or vLLM's "abort", "repetition"); on the last chunk of a stream."""
@@ -225,6 +226,13 @@ class GenerateChoice(ResponseModel):
     weight_versions: list[WeightVersionSpan] | None = None
     """Which weights sampled which output tokens (indexes over the choice's whole output),
     where the engine says; on the finishing chunk of a stream (vLLM 0.32's convention)."""
+    sampling_mask: list[list[int]] | None = None
+    """Per output token (the one that ended the output included), the ids the sampler could
+    have drawn it from, where the engine says (vLLM's `--return-sampling-mask`; tokenwire's
+    `return_sampling_mask`); for the chunk's tokens when streaming."""
+    routed_experts: str | None = None
+    """An MoE model's expert choices (base64 `.npy`, vLLM's `--enable-return-routed-experts`),
+    passed on from the upstream; on the finishing chunk of a stream."""
 
 
 class _GenerateBase(ResponseModel):

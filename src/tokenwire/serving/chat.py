@@ -51,7 +51,14 @@ from .messages import (
     template_variables,
 )
 from .output import Delta
-from .plan import ANONYMOUS, Caller, GenerationService, Plan, check_engine_features
+from .plan import (
+    ANONYMOUS,
+    Caller,
+    GenerationService,
+    Plan,
+    check_engine_features,
+    check_sampling_mask,
+)
 from .sampling import (
     VllmParams,
     choice_params,
@@ -152,6 +159,7 @@ class ChatService(GenerationService):
         model = self._models.get(req.model)
         check_engine_features(model, logprobs=req.logprobs,
                               prompt_logprobs=req.prompt_logprobs is not None)
+        check_sampling_mask(model, temperature=req.temperature, top_k=req.top_k)
         constraints = resolve_constraints(req, model.engine.info, model.id)
         spans = message_id_spans(req.messages)
         space = self._space(model, req.tokenizer_version, req.tokenizer_fallback, bool(spans))

@@ -35,7 +35,14 @@ from .generation import (
     wire_spans,
 )
 from .logprobs import LegacyLogprobs
-from .plan import ANONYMOUS, Caller, GenerationService, Plan, check_engine_features
+from .plan import (
+    ANONYMOUS,
+    Caller,
+    GenerationService,
+    Plan,
+    check_engine_features,
+    check_sampling_mask,
+)
 from .sampling import choice_params, completion_budget, truncate_prompt, vllm_params
 from .tokens import IdSpan, check_id_range
 
@@ -91,6 +98,7 @@ class CompletionService(GenerationService):
         check_engine_features(model, logprobs=req.logprobs is not None,
                               prompt_logprobs=req.echo and req.logprobs is not None,
                               prompt_param="echo")
+        check_sampling_mask(model, temperature=req.temperature, top_k=req.top_k)
         prompts = _prompts(req)
         if len(prompts) > self._settings.max_prompts:
             raise InvalidRequestError(f"at most {self._settings.max_prompts} prompts per "

@@ -36,7 +36,14 @@ from .generation import ChoiceUpdate, RunningUsage, migration_warnings, run_choi
 from .grammar import json_grammar, schema_grammar, tags_grammar
 from .logprobs import MISSING_LOGPROB, prompt_logprob_rows
 from .models import ServedModel
-from .plan import ANONYMOUS, Caller, GenerationService, Plan, check_engine_features
+from .plan import (
+    ANONYMOUS,
+    Caller,
+    GenerationService,
+    Plan,
+    check_engine_features,
+    check_sampling_mask,
+)
 from .sampling import choice_params, completion_budget, vllm_params
 from .tokens import IdSpan, check_id_range, resolve_token_space
 
@@ -163,6 +170,8 @@ class GenerateService(GenerationService):
         check_engine_features(model, logprobs=sp.logprobs is not None,
                               prompt_logprobs=sp.prompt_logprobs is not None,
                               prompt_param="sampling_params.prompt_logprobs")
+        check_sampling_mask(model, temperature=sp.temperature, top_k=sp.top_k,
+                            prefix="sampling_params.")
         grammar = _grammar(sp.structured_outputs, model)
         # the vLLM dialect: ids without a version mean the model's own
         space = resolve_token_space(
@@ -211,7 +220,8 @@ class GenerateService(GenerationService):
     def _choice(self, plan: _Plan, index: int, ids: list[int], events: list[TokenEvent],
                 finish: str | None, stop_reason: int | str | None,
                 stop_event: TokenEvent | None,
-                weights: tuple[WeightSpan, ...] | None = None) -> GenerateChoice:
+                weights: tuple[WeightSpan, ...] | None = None,
+                experts: str | None = None) -> GenerateChoice:
         if stop_event is not None:  # vLLM's ids end with the id that ended the output
             ids = [*ids, stop_event.token_id]
             events = [*events, stop_event]
@@ -220,8 +230,11 @@ class GenerateService(GenerationService):
         lp = None
         if plan.req.sampling_params.logprobs is not None:
             lp = GenerateLogprobs(content=[_entry(e) for e in events])
+        masks = [list(e.sampling_mask) for e in events if e.sampling_mask is not None]
         return GenerateChoice(index=index, finish_reason=finish, stop_reason=stop_reason,
-                              token_ids=ids, logprobs=lp, weight_versions=wire_spans(weights))
+                              token_ids=ids, logprobs=lp, weight_versions=wire_spans(weights),
+                              sampling_mask=masks if masks and len(masks) == len(ids) else None,
+                              routed_experts=experts)
 
     def _envelope(self, plan: _Plan) -> dict[str, object]:
         return {"request_id": plan.id, "tokenizer_version": plan.space.client.version,
@@ -242,7 +255,8 @@ class GenerateService(GenerationService):
         usage = self._served(plan, self._usage(plan, sum(a.n_sampled for a in acc),
                                                acc[0].cached_tokens))
         choices = [self._choice(plan, i, a.ids, a.events, a.finish_reason, a.stop_reason,
-                                a.stop_event, a.weight_versions) for i, a in enumerate(acc)]
+                                a.stop_event, a.weight_versions, a.routed_experts)
+                   for i, a in enumerate(acc)]
         scored = acc[0].prompt_logprobs if req.sampling_params.prompt_logprobs is not None \
             else None
         first = self._first(plan)
@@ -279,7 +293,7 @@ class GenerateService(GenerationService):
                     cached = u.cached_tokens
                 choice = self._choice(plan, u.index, u.delta.ids, u.delta.events,
                                       u.finish_reason, u.stop_reason, u.stop_event,
-                                      u.weight_versions)
+                                      u.weight_versions, u.routed_experts)
                 running.add(u)
                 if u.migrations:  # on the finishing event (after the first one's, if it is that)
                     first = {**first, "warnings": migration_warnings(

@@ -51,6 +51,8 @@ class ChoiceUpdate:
     weight_versions: tuple[WeightSpan, ...] | None = None
     """On the finishing update: which weights sampled which tokens (if the engine says); on
     another, the spans so far where the weights changed (the first token's included)."""
+    routed_experts: str | None = None
+    """On the finishing update: an MoE upstream's expert choices (vLLM's, as it sent them)."""
     migrations: tuple[str, ...] = ()
     """On the finishing update: each move to another upstream replica (a gateway's)."""
 
@@ -69,6 +71,7 @@ class ChoiceResult:
     n_sampled: int = 0
     cached_tokens: int | None = None
     weight_versions: tuple[WeightSpan, ...] | None = None
+    routed_experts: str | None = None
     migrations: tuple[str, ...] = ()
 
     @property
@@ -88,6 +91,7 @@ class ChoiceResult:
             self.n_sampled = u.n_sampled
             self.cached_tokens = u.cached_tokens
             self.weight_versions = u.weight_versions
+            self.routed_experts = u.routed_experts
             self.migrations = u.migrations
 
 
@@ -170,6 +174,7 @@ async def _pump(index: int, stream: EventStream, decoder: OutputDecoder,
                                             n_sampled, stop_event=ev.stop_token,
                                             cached_tokens=ev.cached_tokens,
                                             weight_versions=ev.weight_versions,
+                                            routed_experts=ev.routed_experts,
                                             migrations=ev.migrations))
                 return
         raise ServiceUnavailableError("the engine ended a sequence without finishing it")

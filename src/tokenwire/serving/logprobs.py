@@ -10,7 +10,7 @@ import codecs
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from ..engines.base import TokenEvent
+from ..engines.base import LOGPROB_FLOOR, TokenEvent
 from ..protocol.common import LogprobEntry, PromptLogprob, TokenLogprob
 from ..protocol.completions import CompletionLogprobs, TopTokenLogprob
 from ..tokenizers.base import Tokenizer
@@ -22,7 +22,7 @@ __all__ = ["MISSING_LOGPROB", "IdMap", "LegacyLogprobs", "chat_logprobs", "promp
 T = TypeVar("T")
 
 #: vLLM's stand-in for a logprob the engine did not report
-MISSING_LOGPROB = -9999.0
+MISSING_LOGPROB = LOGPROB_FLOOR
 
 
 def token_text(tokenizer: Tokenizer, token_id: int) -> str:

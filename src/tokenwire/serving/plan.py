@@ -12,7 +12,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from ..config import Settings
 from ..engines.base import ReplicaLostError
-from ..errors import UnsupportedParameterError
+from ..errors import InvalidRequestError, UnsupportedParameterError
 from ..metrics import Metrics, PromptKind, TokenTimer
 from ..protocol.common import ResponseWarning, Usage
 from ..storage.base import owner_of
@@ -26,7 +26,7 @@ from .models import ModelRegistry, ServedModel
 from .tokens import TokenSpace, resolve_token_space
 
 __all__ = ["ANONYMOUS", "Caller", "GenerationService", "OutIds", "Plan",
-           "check_engine_features", "run_whole"]
+           "check_engine_features", "check_sampling_mask", "run_whole"]
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +62,23 @@ def check_engine_features(model: ServedModel, *, logprobs: bool, prompt_logprobs
         raise UnsupportedParameterError(
             f"model {model.id!r} cannot score prompt tokens (its engine has no prompt "
             "logprobs)", param=prompt_param)
+
+
+def check_sampling_mask(model: ServedModel, *, temperature: float | None, top_k: int | None,
+                        prefix: str = "") -> None:
+    """vLLM's rule where every sampled token says what the sampler could have drawn
+    (`--return-sampling-mask`): a request samples (temperature > 0) from a bounded support
+    (top_k > 0), so a mask never lists the whole vocabulary."""
+    if not model.engine.info.sampling_mask:
+        return
+    if temperature is not None and temperature <= 0:
+        raise InvalidRequestError(
+            "this server returns sampling masks (--return-sampling-mask): a request must "
+            "sample, with temperature > 0", param=f"{prefix}temperature", code="invalid_value")
+    if top_k is None or top_k <= 0:
+        raise InvalidRequestError(
+            "this server returns sampling masks (--return-sampling-mask): a request must bound "
+            "what it samples from, with top_k > 0", param=f"{prefix}top_k", code="invalid_value")
 
 
 @dataclass(kw_only=True)

@@ -153,8 +153,13 @@ class MigratingStream:
                 else:
                     merged.append(w)
             spans = tuple(merged)
-        return replace(ev, weight_versions=spans, cached_tokens=None,
-                       migrations=tuple(self._moves))
+        moves = tuple(self._moves)
+        if ev.routed_experts is not None and moves:
+            # the continuation's routing covers its own prompt, not the sequence as sampled
+            moves = (*moves[:-1], moves[-1] + " (routed_experts dropped: the replica that "
+                     "finished it routed a different prompt)")
+        return replace(ev, weight_versions=spans, cached_tokens=None, routed_experts=None
+                       if moves else ev.routed_experts, migrations=moves)
 
     async def aclose(self) -> None:
         await self._inner.aclose()
