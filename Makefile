@@ -26,6 +26,11 @@ export TOKENWIRE_CLIENTS_PYTHON ?= $(abspath $(CLIENTS))/bin/python
 # strands-agents with the strands-vllm provider: a virtualenv of its own (it needs openai<2)
 STRANDS := .venv-strands
 STRANDS_INSTALLED := $(STRANDS)/.installed
+# the Rust gateways bench/gateways.py measures tokenwire against: SGLang's model gateway and
+# vLLM's router, from the registry, in a virtualenv of their own
+ROUTERS := .venv-routers
+ROUTERS_INSTALLED := $(ROUTERS)/.installed
+ROUTER_PKGS := smg==1.13.0 vllm-router==0.1.17
 # the PostgreSQL server tests/storage starts itself: Debian's package, installed when missing
 # (CI runs as root on a fresh machine)
 POSTGRES_INSTALLED := $(VENV)/.postgresql-installed
@@ -97,6 +102,11 @@ $(STRANDS_INSTALLED): tests/clients/strands-requirements.txt
 	$(STRANDS)/bin/pip install --quiet -r tests/clients/strands-requirements.txt
 	touch $@
 
+$(ROUTERS_INSTALLED):
+	$(PYTHON) -m venv $(ROUTERS)
+	$(ROUTERS)/bin/pip install --quiet $(ROUTER_PKGS)
+	touch $@
+
 $(VLLM_INSTALLED):
 	$(PYTHON) -m venv $(VLLM)
 	$(VLLM)/bin/pip install --quiet --upgrade pip
@@ -149,8 +159,11 @@ lint: $(DEV_INSTALLED)
 
 # tokenwire side by side with llama-server and llama-cpp-python's server (bench/compare.py:
 # docs/bench.{json,png}), then the other benchmarks; `make bench BENCH="compare --quick"`
-bench: $(BENCH_INSTALLED) $(TOKENWIRE_LLAMA_SERVER)
+# (bench/gateways.py also needs vLLM and the Rust gateways: installed when it is asked for)
+GATEWAYS_DEPS := $(if $(filter gateways all,$(BENCH)),$(ROUTERS_INSTALLED) $(VLLM_DEPS) \
+                 $(HF_MODEL_DIR)/config.json)
+bench: $(BENCH_INSTALLED) $(TOKENWIRE_LLAMA_SERVER) $(GATEWAYS_DEPS)
 	$(BIN)/python bench/run.py $(BENCH)
 
 clean:
-	rm -rf $(VENV) $(CLIENTS) $(STRANDS) $(VLLM) build src/*.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(CLIENTS) $(STRANDS) $(VLLM) $(ROUTERS) build src/*.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -15,10 +15,10 @@ from pathlib import Path
 
 HERE = Path(__file__).parent
 MAIN = "compare"
-BENCHES = [MAIN, "canonical", "gateway", "affinity", "load", "prefix_cache", "translate",
-           "deterministic"]
+BENCHES = [MAIN, "canonical", "gateway", "gateways", "affinity", "load", "prefix_cache",
+           "translate", "deterministic"]
 # `all`: the ones that start their own servers (prefix_cache needs one running: `make serve`)
-ALL = [MAIN, "canonical", "gateway", "affinity", "load", "translate"]
+ALL = [MAIN, "canonical", "gateway", "gateways", "affinity", "load", "translate"]
 
 
 def parse(argv: list[str]) -> list[tuple[str, list[str]]]:

@@ -128,9 +128,11 @@ async def collect(updates: AsyncGenerator[ChoiceUpdate, None], n: int) -> list[C
 OutputCheck = Callable[[str], object | None]
 
 
-async def _pump(index: int, stream: EventStream, decoder: OutputDecoder,
-                out: asyncio.Queue[ChoiceUpdate | BaseException],
-                check: OutputCheck | None, clock: TokenClock | None) -> None:
+async def _updates(index: int, stream: EventStream, decoder: OutputDecoder,
+                   check: OutputCheck | None, clock: TokenClock | None,
+                   ) -> AsyncGenerator[ChoiceUpdate, None]:
+    """One choice's updates: its tokens decoded into deltas, then its finish. The stream is
+    closed however this ends."""
     n_sampled = 0
     text = ""
     changes: list[tuple[str, int]] = []  # (weight version, first output index)
@@ -148,19 +150,17 @@ async def _pump(index: int, stream: EventStream, decoder: OutputDecoder,
                 if check is not None and delta.text:
                     text += delta.text
                     if check(text) is not None:  # withhold the delta that completed it
-                        out.put_nowait(ChoiceUpdate(index, Delta(), "content_filter", None,
-                                                    n_sampled))
+                        yield ChoiceUpdate(index, Delta(), "content_filter", None, n_sampled)
                         return
                 if decoder.stop_string is not None:
-                    out.put_nowait(ChoiceUpdate(index, delta, "stop", decoder.stop_string,
-                                                n_sampled))
+                    yield ChoiceUpdate(index, delta, "stop", decoder.stop_string, n_sampled)
                     return
                 if delta:
-                    out.put_nowait(ChoiceUpdate(index, delta, weight_versions=_spans(
-                        changes, n_sampled) if changed else None))
+                    yield ChoiceUpdate(index, delta, weight_versions=_spans(
+                        changes, n_sampled) if changed else None)
                     changed = False
             elif isinstance(ev, PromptLogprobsEvent):
-                out.put_nowait(ChoiceUpdate(index, Delta(), prompt_logprobs=ev.entries))
+                yield ChoiceUpdate(index, Delta(), prompt_logprobs=ev.entries)
             elif isinstance(ev, FinishEvent):
                 stop_reason = None
                 if ev.stop_token is not None:
@@ -170,18 +170,25 @@ async def _pump(index: int, stream: EventStream, decoder: OutputDecoder,
                         clock.token()
                 if ev.n_sampled is not None:
                     n_sampled = ev.n_sampled  # the upstream's own count (text-only engines)
-                out.put_nowait(ChoiceUpdate(index, decoder.finish(), ev.reason, stop_reason,
-                                            n_sampled, stop_event=ev.stop_token,
-                                            cached_tokens=ev.cached_tokens,
-                                            weight_versions=ev.weight_versions,
-                                            routed_experts=ev.routed_experts,
-                                            migrations=ev.migrations))
+                yield ChoiceUpdate(index, decoder.finish(), ev.reason, stop_reason, n_sampled,
+                                   stop_event=ev.stop_token, cached_tokens=ev.cached_tokens,
+                                   weight_versions=ev.weight_versions,
+                                   routed_experts=ev.routed_experts, migrations=ev.migrations)
                 return
         raise ServiceUnavailableError("the engine ended a sequence without finishing it")
-    except Exception as exc:  # noqa: BLE001 - handed to the consumer, which raises it
-        out.put_nowait(exc)
     finally:
         await stream.aclose()
+
+
+async def _pump(updates: AsyncGenerator[ChoiceUpdate, None],
+                out: asyncio.Queue[ChoiceUpdate | BaseException]) -> None:
+    """One choice of several: its updates into the queue they are merged from."""
+    try:
+        async with contextlib.aclosing(updates):
+            async for u in updates:
+                out.put_nowait(u)
+    except Exception as exc:  # noqa: BLE001 - handed to the consumer, which raises it
+        out.put_nowait(exc)
 
 
 async def _close_admitted(tasks: Sequence[asyncio.Future[EventStream]]) -> None:
@@ -232,14 +239,20 @@ async def run_choices(engine: Engine, jobs: Sequence[tuple[Sequence[int], Sampli
     return _merge(streams, decoders, output_check, clocks)
 
 
-async def _merge(streams: list[EventStream], decoders: list[OutputDecoder],
-                 check: OutputCheck | None, clocks: list[TokenClock | None],
-                 ) -> AsyncGenerator[ChoiceUpdate, None]:
+def _merge(streams: list[EventStream], decoders: list[OutputDecoder],
+           check: OutputCheck | None, clocks: list[TokenClock | None],
+           ) -> AsyncGenerator[ChoiceUpdate, None]:
+    choices = [_updates(i, s, d, check, c)
+               for i, (s, d, c) in enumerate(zip(streams, decoders, clocks, strict=True))]
+    # one choice (the common case) is read where it is consumed: no task, no queue
+    return choices[0] if len(choices) == 1 else _merged(choices)
+
+
+async def _merged(choices: list[AsyncGenerator[ChoiceUpdate, None]],
+                  ) -> AsyncGenerator[ChoiceUpdate, None]:
+    """Several choices' updates as they come, each choice read by a task of its own."""
     queue: asyncio.Queue[ChoiceUpdate | BaseException] = asyncio.Queue()
-    tasks = [
-        asyncio.create_task(_pump(i, s, d, queue, check, c))
-        for i, (s, d, c) in enumerate(zip(streams, decoders, clocks, strict=True))
-    ]
+    tasks = [asyncio.create_task(_pump(c, queue)) for c in choices]
     try:
         remaining = len(tasks)
         while remaining:

