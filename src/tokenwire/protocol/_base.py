@@ -8,7 +8,7 @@ from __future__ import annotations
 import copy
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer
+from pydantic import BaseModel, ConfigDict
 
 __all__ = ["RequestModel", "ResponseModel"]
 
@@ -55,11 +55,17 @@ class ResponseModel(BaseModel):
                               json_schema_extra=_always_sent)
     omit_if_none: ClassVar[frozenset[str]] = frozenset()
 
-    @model_serializer(mode="wrap")
-    def _omit_extensions(self, handler: SerializerFunctionWrapHandler) -> Any:
-        data = handler(self)
-        if isinstance(data, dict):
-            for key in self.omit_if_none:
-                if key in data and data[key] is None:
-                    del data[key]
-        return data
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        # pydantic's own per-field exclusion, not a serializer of ours wrapped around every
+        # model: a streamed chunk is three models, dumped once per token
+        super().__pydantic_init_subclass__(**kwargs)
+        fields = [f for name, f in cls.model_fields.items() if name in cls.omit_if_none]
+        if any(f.exclude_if is None for f in fields):
+            for f in fields:
+                f.exclude_if = _is_none
+            cls.model_rebuild(force=True)
+
+
+def _is_none(value: object) -> bool:
+    return value is None

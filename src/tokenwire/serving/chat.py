@@ -402,87 +402,32 @@ class ChatService(GenerationService):
     async def _chunks(self, plan: ChatPlan, updates: AsyncIterator[ChoiceUpdate],
                       keep: tuple[ChatCompletionRequest, Caller] | None = None,
                       ) -> AsyncIterator[ChatCompletionChunk]:
-        """`keep`: the request as sent and its caller, to store the whole response (as the
-        same request unstreamed would have had it) before the stream's last chunk."""
-        req = plan.req
-        whole = [ChoiceResult() for _ in range(req.n)] if keep is not None else None
-        held: list[ChatCompletionChunk] = []  # with `keep`: each choice's last chunk
-        env = plan.envelope()
-        only = req.response_format_tokens == "only"
-        # with ids on, every delta carries token_ids (maybe []): uniform to parse
-        delta_ids = bool(req.response_format_tokens) or req.return_token_ids
-        no_ids: list[int] | None = [] if delta_ids else None
-        tok = plan.model.tokenizer
-        as_ids = req.return_tokens_as_token_ids
-        parsers = [plan.parser() for _ in range(req.n)]
-        outs = [plan.out_stream() for _ in range(req.n)]
+        """The stream: each choice's role chunk, a chunk per update that shows something, each
+        choice's finishing chunk, then usage. `keep`: the request as sent and its caller, to
+        store the whole response (as the same request unstreamed would have had it) before
+        any choice is told it is done."""
+        chunks = _ChunkMaker(plan)
+        whole = [ChoiceResult() for _ in range(plan.req.n)] if keep is not None else None
+        held: list[ChatCompletionChunk] = []  # with `keep`: each choice's finishing chunk
         completion = 0
         cached: int | None = None
-        running = RunningUsage([len(plan.prompt)] * req.n, req.stream_options)
         try:
-            for i in range(req.n):
-                yield ChatCompletionChunk(
-                    **env,
-                    choices=[ChatChunkChoice(index=i, delta=ChatDelta(
-                        role="assistant", content=None if only else plan.echo,
-                        token_ids=no_ids))],
-                    usage=running.of(i),
-                    prompt_token_ids=plan.prompt if i == 0 and req.return_token_ids
-                    and not plan.space.translate else None,
-                    warnings=plan.warnings if i == 0 else None,
-                )
+            for chunk in chunks.roles():
+                yield chunk
             async for u in updates:
                 if whole is not None:
                     whole[u.index].add(u)
-                parser = parsers[u.index]
-                if parser is None:
-                    parsed: ParsedDelta | None = None
-                    ids, text, events = u.delta.ids, u.delta.text, u.delta.events
-                    visible = bool(u.delta)
-                else:
-                    parsed = parser.push(u.delta, last=u.finish_reason is not None)
-                    ids, text, events = parsed.ids, parsed.content, parsed.events
-                    visible = bool(text or parsed.calls or (ids and delta_ids)
-                                   or (events and req.logprobs))
-                running.add(u)
-                if visible:
-                    out = outs[u.index].push(ids)
-                    yield ChatCompletionChunk(**env, usage=running.of(u.index),
-                                              choices=[ChatChunkChoice(
-                        index=u.index,
-                        delta=ChatDelta(
-                            content=None if only or (parsed is not None and not text) else text,
-                            tool_calls=_tool_deltas(parsed.calls) if parsed is not None
-                            else None,
-                            token_ids=out if delta_ids else None,
-                        ),
-                        logprobs=ChoiceLogprobs(content=chat_logprobs(
-                            tok, events, as_ids=as_ids, ids=plan.logprob_ids()))
-                        if req.logprobs else None,
-                        token_ids=out if req.return_token_ids else None,
-                        weight_versions=None if u.finish_reason is not None
-                        else wire_spans(u.weight_versions),
-                    )])
+                shown = chunks.delta(u)
+                if shown is not None:
+                    yield shown
                 if u.finish_reason is not None:
                     completion += u.n_sampled
                     if u.index == 0:
                         cached = u.cached_tokens
-                    # ids a translation held back (their text has gone out already)
-                    rest = outs[u.index].finish()
-                    last = ChatCompletionChunk(**env, usage=running.of(u.index),
-                                               warnings=migration_warnings(None, u.migrations),
-                                               choices=[ChatChunkChoice(
-                        index=u.index, delta=ChatDelta(token_ids=rest if delta_ids else None),
-                        finish_reason=plan.finish_reason(u.finish_reason, parser),
-                        token_ids=rest if req.return_token_ids and rest else None,
-                        stop_reason=plan.stop_reason(u.stop_reason) if plan.shows_ids else None,
-                        stop_logprob=_stop_logprob(req.logprobs and plan.shows_ids,
-                                                   u.stop_event),
-                        weight_versions=wire_spans(u.weight_versions),
-                    )])
+                    last = chunks.finish(u)
                     if keep is None:
                         yield last
-                    else:  # a choice is not told done before its record is durable
+                    else:
                         held.append(last)
         finally:
             aclose = getattr(updates, "aclose", None)
@@ -494,8 +439,87 @@ class ChatService(GenerationService):
             await self._keep(plan, sent, self._completion(plan, whole, usage), whole, caller)
             for chunk in held:
                 yield chunk
-        if req.stream_options is not None and req.stream_options.include_usage:
-            yield ChatCompletionChunk(**env, choices=[], usage=usage)
+        if plan.req.stream_options is not None and plan.req.stream_options.include_usage:
+            yield ChatCompletionChunk(**chunks.env, choices=[], usage=usage)
+
+
+class _ChunkMaker:
+    """The chunks of one streamed chat response, a choice at a time: what each update shows
+    (text, tool-call pieces, ids in the client's version, logprobs, running usage)."""
+
+    def __init__(self, plan: ChatPlan):
+        req = plan.req
+        self._plan = plan
+        self.env = plan.envelope()
+        self._only = req.response_format_tokens == "only"
+        # with ids on, every delta carries token_ids (maybe []): uniform to parse
+        self._delta_ids = bool(req.response_format_tokens) or req.return_token_ids
+        self._parsers = [plan.parser() for _ in range(req.n)]
+        self._outs = [plan.out_stream() for _ in range(req.n)]
+        self._running = RunningUsage([len(plan.prompt)] * req.n, req.stream_options)
+
+    def roles(self) -> list[ChatCompletionChunk]:
+        """Each choice's first chunk: the role (and `echo`'s text); the first also carries
+        the prompt's ids and the request's warnings."""
+        plan, req = self._plan, self._plan.req
+        return [ChatCompletionChunk(
+            **self.env,
+            choices=[ChatChunkChoice(index=i, delta=ChatDelta(
+                role="assistant", content=None if self._only else plan.echo,
+                token_ids=[] if self._delta_ids else None))],
+            usage=self._running.of(i),
+            prompt_token_ids=plan.prompt if i == 0 and req.return_token_ids
+            and not plan.space.translate else None,
+            warnings=plan.warnings if i == 0 else None,
+        ) for i in range(req.n)]
+
+    def delta(self, u: ChoiceUpdate) -> ChatCompletionChunk | None:
+        """The chunk of an update, None when it shows nothing (text a stop string may still
+        claim, a tool call's markup)."""
+        req = self._plan.req
+        parser = self._parsers[u.index]
+        if parser is None:
+            parsed: ParsedDelta | None = None
+            ids, text, events = u.delta.ids, u.delta.text, u.delta.events
+            visible = bool(u.delta)
+        else:
+            parsed = parser.push(u.delta, last=u.finish_reason is not None)
+            ids, text, events = parsed.ids, parsed.content, parsed.events
+            visible = bool(text or parsed.calls or (ids and self._delta_ids)
+                           or (events and req.logprobs))
+        self._running.add(u)
+        if not visible:
+            return None
+        out = self._outs[u.index].push(ids)
+        return ChatCompletionChunk(**self.env, usage=self._running.of(u.index), choices=[
+            ChatChunkChoice(
+                index=u.index,
+                delta=ChatDelta(
+                    content=None if self._only or (parsed is not None and not text) else text,
+                    tool_calls=_tool_deltas(parsed.calls) if parsed is not None else None,
+                    token_ids=out if self._delta_ids else None),
+                logprobs=ChoiceLogprobs(content=chat_logprobs(
+                    self._plan.model.tokenizer, events, as_ids=req.return_tokens_as_token_ids,
+                    ids=self._plan.logprob_ids())) if req.logprobs else None,
+                token_ids=out if req.return_token_ids else None,
+                weight_versions=None if u.finish_reason is not None
+                else wire_spans(u.weight_versions))])
+
+    def finish(self, u: ChoiceUpdate) -> ChatCompletionChunk:
+        """A choice's last chunk: why it ended, the ids a translation held back (their text
+        has gone out already), the stop id and its logprob, its weights."""
+        plan, req = self._plan, self._plan.req
+        rest = self._outs[u.index].finish()
+        return ChatCompletionChunk(
+            **self.env, usage=self._running.of(u.index),
+            warnings=migration_warnings(None, u.migrations),
+            choices=[ChatChunkChoice(
+                index=u.index, delta=ChatDelta(token_ids=rest if self._delta_ids else None),
+                finish_reason=plan.finish_reason(u.finish_reason, self._parsers[u.index]),
+                token_ids=rest if req.return_token_ids and rest else None,
+                stop_reason=plan.stop_reason(u.stop_reason) if plan.shows_ids else None,
+                stop_logprob=_stop_logprob(req.logprobs and plan.shows_ids, u.stop_event),
+                weight_versions=wire_spans(u.weight_versions))])
 
 
 def _stop_logprob(shown: bool | None, stop: TokenEvent | None) -> float | None:
