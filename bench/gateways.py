@@ -35,9 +35,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.upstreams import VLLM_MODEL_NAME, hf_model_dir, vllm_server  # noqa: E402
 
 from bench._servers import Server, StartError, clean_env, free_port  # noqa: E402
+from bench.gateway import PROMPT, stream  # noqa: E402
 from tokenwire.config import default_model_path  # noqa: E402
 
-PROMPT = "Write a long story about a dragon who learns to cook."
 ROOT = Path(__file__).resolve().parents[1]
 GATEWAYS = ["tokenwire", "smg", "vllm-router"]
 
@@ -72,32 +72,16 @@ def chat_body(model: str, tokens: int, **kw: Any) -> dict[str, Any]:
             "max_tokens": tokens, "ignore_eos": True, **kw}
 
 
-async def one_stream(http: httpx.AsyncClient, url: str, model: str,
-                     tokens: int) -> tuple[int, float]:
-    body = chat_body(model, tokens, stream=True, temperature=0,
-                     stream_options={"include_usage": True})
-    t0 = time.perf_counter()
-    ttft = None
-    n = 0
-    async with http.stream("POST", f"{url}/v1/chat/completions", json=body) as r:
-        async for line in r.aiter_lines():
-            if ttft is None and '"content":"' in line and '"content":""' not in line:
-                ttft = time.perf_counter() - t0
-            if '"completion_tokens":' in line:
-                n = int(line.split('"completion_tokens":')[1].split(",")[0].split("}")[0])
-    return n, ttft or 0.0
-
-
 async def streams(url: str, model: str, tokens: int, concurrency: int,
                   repeat: int = 1) -> tuple[int, float]:
     """`repeat` times, `concurrency` streams at once: tokens relayed, median TTFT."""
-    runs: list[tuple[int, float]] = []
+    runs: list[tuple[int, float, float]] = []
     limits = httpx.Limits(max_connections=concurrency)
     async with httpx.AsyncClient(timeout=600, limits=limits) as http:
         for _ in range(repeat):
-            runs += await asyncio.gather(*(one_stream(http, url, model, tokens)
+            runs += await asyncio.gather(*(stream(http, url, tokens, model, ignore_eos=True)
                                            for _ in range(concurrency)))
-    return sum(n for n, _ in runs), statistics.median(t for _, t in runs)
+    return sum(n for n, _, _ in runs), statistics.median(t for _, _, t in runs)
 
 
 async def rollouts(url: str, model: str, tokens: int, n: int, count: int) -> tuple[int, None]:
