@@ -121,7 +121,9 @@ async def test_tokenizer_loads_off_the_event_loop(sdk: AsyncClient, tok: HFToken
             assert (await client.tokenizer(tok.version)).version == tok.version
             took = time.perf_counter() - start
         assert took > 0.1, took  # enough work that a stall would show
-        assert max(gaps) < took / 2, (max(gaps), took)
+        # the loop turns between the pieces; each native call (`Tokenizer.from_str`, a third of
+        # the work) holds the GIL throughout, longer on a loaded machine
+        assert len(gaps) >= 5 and max(gaps) < took * 0.75, (max(gaps), took, len(gaps))
     [stored] = (tmp_path / "cache").rglob("tokenizer.json")
     assert stored.read_bytes() == tok.artifact
 
