@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -80,6 +81,9 @@ def test_seeds_are_mixed_not_truncated() -> None:
     (["--upstream", "http://h:8000"], "--upstream is for upstream engines"),
     (["--engine", "tgi", "--upstream", "http://h:8000"], "engine: Input should be"),
     (["--return-sampling-mask"], "needs logprobs_mode 'processed_logprobs'"),
+    (["--workers", "2"], "the embedded engine serves in one process"),
+    (["--engine", "vllm", "--upstream", "http://h:8000", "--tokenizer", "x.gguf", "--workers",
+      "0"], "workers: Input should be greater than or equal to 1"),
 ])
 def test_serve_refuses_bad_engine_settings(args: list[str], message: str,
                                            capsys: pytest.CaptureFixture[str]) -> None:
@@ -88,6 +92,14 @@ def test_serve_refuses_bad_engine_settings(args: list[str], message: str,
     assert main(["serve", *args]) == 2
     err = capsys.readouterr().err
     assert err.startswith("tokenwire serve: ") and message in err, err
+
+
+def test_workers_default_to_the_cores_of_a_gateway(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2})
+    gateway = {"engine": "vllm", "upstream": ["http://h:8000"], "tokenizer": Path("x.gguf")}
+    assert Settings(**gateway).max_workers == 3
+    assert Settings(**gateway, workers=1).max_workers == 1
+    assert Settings().max_workers == 1  # the embedded engine
 
 
 def test_raw_prompts_by_deployment() -> None:

@@ -16,7 +16,9 @@ if TYPE_CHECKING:
 
     from .client import Client
     from .config import Settings
+    from .serving.models import ModelRegistry
     from .tokenizers.hf import HFTokenizer
+    from .tokenizers.registry import TokenizerRegistry
 
 __all__ = ["main"]
 
@@ -37,7 +39,7 @@ def _serve(args: argparse.Namespace) -> int:
         "prefix_cache": args.prefix_cache, "default_max_tokens": args.default_max_tokens,
         "n_threads": args.n_threads, "n_batch": args.n_batch,
         "deterministic": args.deterministic, "logprobs_mode": args.logprobs_mode,
-        "return_sampling_mask": args.return_sampling_mask,
+        "return_sampling_mask": args.return_sampling_mask, "workers": args.workers,
     }.items() if v is not None}
     try:
         settings = Settings(**overrides)
@@ -47,9 +49,11 @@ def _serve(args: argparse.Namespace) -> int:
             print(f"tokenwire serve: {where + ': ' if where else ''}{err['msg']}",
                   file=sys.stderr)
         return 2
-    logging.basicConfig(level=settings.log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per upstream request
+    configure_logging(settings)
+    if settings.max_workers > 1:
+        from .server.worker import supervise
+
+        return supervise(settings, {**overrides, "workers": settings.max_workers})
     config = uvicorn.Config("", host=settings.host, port=settings.port,  # the app comes later
                             log_level=settings.log_level, timeout_graceful_shutdown=30)
     # uvicorn's own loop choice (uvloop when installed), as uvicorn.run would make it
@@ -57,13 +61,16 @@ def _serve(args: argparse.Namespace) -> int:
         return runner.run(_serve_async(settings, config))
 
 
-async def _serve_async(settings: Settings, config: uvicorn.Config) -> int:
-    """Load the model first, so a refusal to start is one clear line (not a traceback from
-    inside the server's lifespan), then serve on the same event loop."""
-    import uvicorn
+def configure_logging(settings: Settings) -> None:
+    logging.basicConfig(level=settings.log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per upstream request
 
+
+async def preload(settings: Settings) -> tuple[ModelRegistry, TokenizerRegistry] | None:
+    """The configured models, loaded; None after one clear line on stderr (not a traceback
+    from inside the server's lifespan) when they cannot be."""
     from .errors import SetupError
-    from .server.app import create_app
     from .serving.loader import load_models
     from .serving.models import ModelRegistry
     from .tokenizers.registry import TokenizerRegistry
@@ -76,7 +83,21 @@ async def _serve_async(settings: Settings, config: uvicorn.Config) -> int:
             models.add(model)
     except (SetupError, OSError) as exc:
         print(f"tokenwire serve: not starting: {exc}", file=sys.stderr)
+        return None
+    return models, tokenizers
+
+
+async def _serve_async(settings: Settings, config: uvicorn.Config) -> int:
+    """Load the model first, so a refusal to start is one clear line, then serve on the same
+    event loop."""
+    import uvicorn
+
+    from .server.app import create_app
+
+    loaded = await preload(settings)
+    if loaded is None:
         return 1
+    models, tokenizers = loaded
     config.app = create_app(settings, models=models, tokenizers=tokenizers)
     await uvicorn.Server(config).serve()
     return 0
@@ -271,6 +292,8 @@ def _parser() -> argparse.ArgumentParser:
                                                "raw_logits", "processed_logits"],
                    help="vLLM's: what logprobs report, of the model's distribution (raw, "
                    "the default) or of the one the sampler drew from (processed)")
+    s.add_argument("--workers", type=int, help="serving processes on the port (upstream "
+                   "engines; default: one per core)")
     s.add_argument("--return-sampling-mask", action="store_const", const=True,
                    help="vLLM's: each sampled token on /inference/v1/generate lists the ids "
                    "the sampler could have drawn (needs --logprobs-mode processed_logprobs)")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 import tomllib
 from collections.abc import Callable
@@ -251,6 +252,12 @@ class Settings(BaseSettings):
         "False lets vLLM-dialect clients send bare ids, taken as the model's own version."
     )
     log_level: str = Field("info", description="Log level of the server.")
+    workers: int | None = Field(
+        None, ge=1, le=256, description="Serving processes on the port (`--workers`): upstream "
+        "engines default to one per core available, as vLLM's `--api-server-count` and "
+        "LiteLLM advise; they share the fleet's state through the box's memory "
+        "(docs/deploy.md). The embedded engine serves in one process."
+    )
 
     # -- safety -----------------------------------------------------------------------------
     api_keys: Annotated[list[str], NoDecode] = Field(
@@ -340,6 +347,24 @@ class Settings(BaseSettings):
             raise ValueError(f"the {self.engine} engine needs --tokenizer (a Hugging Face "
                              "tokenizer directory or a GGUF file)")
         return self
+
+    @model_validator(mode="after")
+    def _workers_fit_engine(self) -> Settings:
+        if self.engine == "embedded" and (self.workers or 1) > 1:
+            raise ValueError("the embedded engine serves in one process (its weights, KV cache "
+                             "and batch are that process's): --workers is for upstream engines")
+        return self
+
+    @property
+    def max_workers(self) -> int:
+        """The serving processes on the port: the setting, else one per core for upstream
+        engines."""
+        if self.workers is not None:
+            return self.workers
+        if self.engine == "embedded":
+            return 1
+        cores = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+        return max(1, len(cores) if cores else os.cpu_count() or 1)
 
     @field_validator("models", mode="before")
     @classmethod

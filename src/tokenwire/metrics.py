@@ -10,10 +10,16 @@ decode). That thread is not the event loop; prometheus_client's metrics lock, so
 from it is safe. A new metric is one attribute in `__init__` and one method here. One family
 is not the app's own: tokenizer conversions are counted process-wide (tokenizers are shared)
 and read at each scrape.
+
+Under `--workers` (server/worker.py) the workers count into prometheus_client's multiprocess
+files and a scrape at any worker reads them all; values read from an engine at each scrape
+(queue gauges, conversions) are written to the files instead, by each worker once a second
+(`refresh`) and by the scraped one at the scrape.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterator
 from functools import partial
@@ -22,6 +28,7 @@ from typing import Literal, Protocol, runtime_checkable
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 from prometheus_client.registry import Collector
 
 from .protocol.common import Usage
@@ -105,10 +112,20 @@ class _Conversions(Collector):
         yield family
 
 
+def _shared_dir() -> str | None:
+    """The multiprocess directory of `--workers`; None: this process alone."""
+    return os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None
+
+
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         reg = self.registry
+        self._shared = _shared_dir()
+        self._pulled: list[tuple[Gauge, Callable[[], float]]] = []
+        """(gauge, its reading): set at each refresh when shared"""
+        self._converted: dict[tuple[str, str], int] = {}
+        """the conversion counts already added to the shared counter"""
         model = ["model_name"]
         self._requests = Counter(
             "tokenwire_http_requests", "HTTP requests answered, by route template and status.",
@@ -126,12 +143,14 @@ class Metrics:
         self._cached_tokens = Counter(
             "tokenwire_prompt_tokens_cached", "Prompt tokens the engine's prefix cache served "
             "(usage's cached_tokens, where the engine reports it).", model, registry=reg)
+        # an engine's reading is its box's (a gateway's load is on the shared board): the
+        # latest worker's reading is the value, never a sum over workers
         self._running = Gauge(
             "tokenwire_num_requests_running", "Sequences running on the engine now.", model,
-            registry=reg)
+            registry=reg, multiprocess_mode="livemostrecent")
         self._waiting = Gauge(
             "tokenwire_num_requests_waiting", "Sequences admitted and waiting for a slot.",
-            model, registry=reg)
+            model, registry=reg, multiprocess_mode="livemostrecent")
         self._steps = Histogram(
             "tokenwire_iteration_tokens_total", "Tokens per engine step (per llama_decode).",
             model, buckets=STEP_BUCKETS, registry=reg)
@@ -145,14 +164,24 @@ class Metrics:
             "tokenwire_upstream_migrations", "Sequences whose upstream replica was lost "
             "mid-response, by outcome: moved (continued on another replica) or gave_up.",
             [*model, "outcome"], registry=reg)
-        reg.register(_Conversions())
+        if self._shared is None:
+            reg.register(_Conversions())
+        else:
+            self._conversions = Counter(
+                "tokenwire_tokenizer_conversions", "Text <-> ids conversions the server "
+                "performed (encode: text to ids; decode: ids to text or bytes), by the reason "
+                "they were needed; the token-native path needs none.",
+                ["direction", "reason"], registry=reg)
 
     def attach(self, model: str, engine: object) -> None:
         """Watch a served model's engine: its queues are read at each scrape, and the embedded
         engine reports every decode step. What an engine does not offer is left out."""
         for gauge, attr in ((self._running, "n_active"), (self._waiting, "n_waiting")):
             if hasattr(engine, attr):
-                gauge.labels(model).set_function(partial(getattr, engine, attr))
+                if self._shared is None:
+                    gauge.labels(model).set_function(partial(getattr, engine, attr))
+                else:
+                    self._pulled.append((gauge.labels(model), partial(getattr, engine, attr)))
         if isinstance(engine, _Stepping):
             engine.on_step = self._steps.labels(model).observe
         if isinstance(engine, _Migrating):
@@ -173,5 +202,30 @@ class Metrics:
     def timer(self, model: str) -> TokenTimer:
         return TokenTimer(self._ttft.labels(model), self._itl.labels(model))
 
+    @property
+    def shared(self) -> bool:
+        """Counted with the other workers of `--workers` (then `refresh` once a second)."""
+        return self._shared is not None
+
+    def refresh(self) -> None:
+        """Shared: write this worker's readings to the multiprocess files."""
+        for gauge, read in self._pulled:
+            gauge.set(read())
+        for key, n in conversions().items():
+            added = n - self._converted.get(key, 0)
+            if added > 0:
+                self._conversions.labels(*key).inc(added)
+                self._converted[key] = n
+
+    def close(self) -> None:
+        """Shared: this worker's live gauges leave the scrape."""
+        if self._shared is not None:
+            mark_process_dead(os.getpid(), self._shared)  # type: ignore[no-untyped-call]
+
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        if self._shared is None:
+            return generate_latest(self.registry)
+        self.refresh()
+        every = CollectorRegistry()
+        MultiProcessCollector(every, self._shared)  # type: ignore[no-untyped-call]
+        return generate_latest(every)

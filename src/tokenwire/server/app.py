@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
@@ -75,9 +76,13 @@ def create_app(settings: Settings | None = None, *, models: ModelRegistry | None
             app.state.documents = app.state.chat.documents = DocumentService(store, models,
                                                                              tokenizers)
         trim_heap()
+        refresh = asyncio.create_task(_refresh(metrics)) if metrics.shared else None
         try:
             yield
         finally:
+            if refresh is not None:
+                refresh.cancel()
+                metrics.close()
             for m in models.all():
                 await m.engine.aclose()
             if store is not None:
@@ -106,6 +111,13 @@ def create_app(settings: Settings | None = None, *, models: ModelRegistry | None
     app.state.control = ControlService(models, settings)
     app.state.stored = app.state.documents = None  # until the store is open (lifespan)
     return app
+
+
+async def _refresh(metrics: Metrics) -> None:
+    """A worker of `--workers` writes its engine readings for the others' scrapes."""
+    while True:
+        metrics.refresh()
+        await asyncio.sleep(1.0)
 
 
 def _open_store(settings: Settings) -> Store | None:

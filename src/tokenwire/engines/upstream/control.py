@@ -22,7 +22,9 @@ import logging
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
+from ...errors import InvalidRequestError
 from ..base import ControlAnswer, ControlCall
+from .board import MAX_LABEL
 from .replica import Replica
 from .transport import TRANSPORT_ERRORS
 
@@ -39,13 +41,24 @@ class FleetControl:
 
     def __init__(self, engine: UpstreamEngine):
         self._engine = engine
-        self.paused: str | None = None
+        self._board = engine.board  # every worker of the box remembers the same state
+
+    @property
+    def paused(self) -> str | None:
         """How the fleet was paused (vLLM's mode: abort, wait, keep); None: it serves."""
-        self.weight_version: str | None = None
+        return self._board.paused
+
+    @property
+    def weight_version(self) -> str | None:
         """The version the fleet's weights were labelled with last (None: never labelled)."""
+        return self._board.weight_version
 
     async def call(self, call: ControlCall) -> list[ControlAnswer]:
         """`call` on every replica at once; each replica's answer, in replica order."""
+        label = self._label(call)
+        if label is not None and len(label[1].encode()) > MAX_LABEL:
+            raise InvalidRequestError(f"a weight version label is at most {MAX_LABEL} bytes "
+                                      "(UTF-8)", param=label[0])
         method, path, body = self._engine.control_request(call)
         query = f"?{urlencode(call.query)}" if call.query and "?" not in path else ""
         answers = await asyncio.gather(*(self._one(r, call, method, path + query, body)
@@ -68,16 +81,23 @@ class FleetControl:
         status, data = await self._engine.call(r, method, path, body)
         return self._engine.control_answer(call, status, data)
 
-    def _remember(self, call: ControlCall) -> None:
+    @staticmethod
+    def _label(call: ControlCall) -> tuple[str, str] | None:
+        """The weight version `call` labels the fleet's weights with (its body's key), if any."""
         body = call.body if isinstance(call.body, dict) else {}
+        key = {"update_weight_version": "new_version",
+               "finish_weight_update": "weight_version"}.get(call.op)
+        return (key, body[key]) if key and isinstance(body.get(key), str) else None
+
+    def _remember(self, call: ControlCall) -> None:
+        label = self._label(call)
         if call.op == "pause":
-            self.paused = dict(call.query).get("mode", "abort")
+            mode = dict(call.query).get("mode", "abort")
+            self._board.paused = mode if mode in ("abort", "wait", "keep") else "abort"
         elif call.op == "resume":
-            self.paused = None
-        elif call.op == "update_weight_version" and isinstance(body.get("new_version"), str):
-            self.weight_version = body["new_version"]
-        elif call.op == "finish_weight_update" and isinstance(body.get("weight_version"), str):
-            self.weight_version = body["weight_version"]
+            self._board.paused = None
+        elif label is not None:
+            self._board.weight_version = label[1]
 
     async def join(self, r: Replica) -> str | None:
         """Bring a replica that is about to serve to the fleet's state; why it cannot serve

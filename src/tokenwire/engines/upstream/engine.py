@@ -42,6 +42,7 @@ from ..base import (
 )
 from ..registry import EngineSpec
 from ..routing import PrefixRouter
+from .board import Board
 from .control import FleetControl
 from .errors import upstream_error
 from .health import Health
@@ -73,8 +74,11 @@ class UpstreamEngine:
         s = spec.settings
         self._spec = spec
         self._settings = s
-        self._replicas = [Replica(u.rstrip("/"), f"replica {i}")
-                          for i, u in enumerate(s.upstream, start=1)]
+        urls = [u.rstrip("/") for u in s.upstream]
+        # what this engine's workers share (board.py): keyed by what the engine serves from
+        self.board = Board([self.name, *urls], len(urls), s.max_workers)
+        self._replicas = [Replica(u, f"replica {i + 1}", i, self.board)
+                          for i, u in enumerate(urls)]
         self._router = PrefixRouter(len(self._replicas), block=s.route_block_tokens,
                                     lead=s.route_prefix_tokens)
         self._info: EngineInfo | None = None
@@ -250,6 +254,7 @@ class UpstreamEngine:
     async def aclose(self) -> None:
         await self._health.stop()
         await self._transport.close()
+        self.board.close()
 
     # -- admission ----------------------------------------------------------------------------
 
@@ -274,7 +279,7 @@ class UpstreamEngine:
                 failures.append(exc)
                 continue
             self._router.record(prompt, i, salt=params.cache_salt, cache_key=params.cache_key)
-            r.served += 1
+            self.board.count_served(i)
             return stream
         if failures and all(f.rate_limited for f in failures):
             raise RateLimitError("every upstream replica is at capacity: " +

@@ -106,7 +106,7 @@ class Health:
                 r.reason = why
                 return
             log.info("upstream %s is up", r.url)
-        r.healthy, r.reason = True, None
+        r.up()
 
     async def _verify(self, r: Replica) -> None:
         info = await self._engine.describe(r)

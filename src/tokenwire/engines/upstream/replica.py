@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..base import ReplicaHealth
+from .board import Board
 
 __all__ = ["Replica", "UpstreamInfo"]
 
@@ -25,31 +26,55 @@ class UpstreamInfo:
 
 @dataclass(eq=False)
 class Replica:
-    """One upstream server. Health checks set `healthy` and `info` (health.py); admission
-    counts `in_flight` and `served` (engine.py, stream.py)."""
+    """One upstream server. Health checks bring it `up` and set `info` (health.py); admission
+    counts its load on the box's board (engine.py, stream.py), which every worker reads."""
 
     url: str
     name: str
     """How clients hear of it ("replica 2"): error messages do not show internal addresses."""
-    healthy: bool = False
+    index: int
+    board: Board = field(repr=False)
     reason: str | None = "not checked yet"
     info: UpstreamInfo | None = None
     """Set once the replica is verified (model, context, tokenizer)."""
     refused: str | None = None
     """Why this replica may never be used (it serves another model or tokenizer)."""
-    in_flight: int = 0
-    served: int = 0
+    _up: bool = False
+    _seen: int = 0
+    """The board's down count when this worker last brought it up."""
+
+    @property
+    def healthy(self) -> bool:
+        """Up by this worker's last check, and not found down since by any worker."""
+        if self._up and self.board.downs(self.index) != self._seen:
+            self._up, self.info = False, None  # verified again by this worker's next check
+            self.reason = self.board.down_reason(self.index) + " (found by another worker)"
+        return self._up
+
+    def up(self) -> None:
+        self._up, self.reason, self._seen = True, None, self.board.downs(self.index)
 
     def down(self, reason: str) -> None:
         """Not used until a health check passes, and verified again then (it may come back
-        as another model: a rolling upgrade)."""
-        if self.healthy:
+        as another model: a rolling upgrade); every worker of the box stops using it."""
+        if self._up:
             log.warning("upstream %s (%s) is down: %s", self.url, self.name, reason)
-        self.healthy = False
+            self.board.found_down(self.index, reason)
+        self._up = False
         self.reason = reason
         self.info = None
 
+    @property
+    def in_flight(self) -> int:
+        """Requests running there from every worker of the box."""
+        return self.board.in_flight(self.index)
+
+    @property
+    def served(self) -> int:
+        return self.board.served(self.index)
+
     def snapshot(self) -> ReplicaHealth:
-        return ReplicaHealth(url=self.url, name=self.name, healthy=self.healthy,
-                             reason=None if self.healthy else (self.refused or self.reason),
+        healthy = self.healthy
+        return ReplicaHealth(url=self.url, name=self.name, healthy=healthy,
+                             reason=None if healthy else (self.refused or self.reason),
                              in_flight=self.in_flight, served=self.served)

@@ -60,7 +60,7 @@ class UpstreamStream:
         self._pending: deque[EngineEvent] = deque()
         self._finished = False
         self._closed = False
-        replica.in_flight += 1
+        replica.board.enter(replica.index)
 
     def __aiter__(self) -> UpstreamStream:
         return self
@@ -143,7 +143,7 @@ class UpstreamStream:
         if self._closed:
             return
         self._closed = True
-        self._replica.in_flight -= 1
+        self._replica.board.leave(self._replica.index)
         if self._finished:  # what follows the finish (usage, [DONE]) is read, and the
             try:            # connection kept for the next request
                 await asyncio.wait_for(self._response.read(), 1.0)
