@@ -108,7 +108,8 @@ def chat(url: str, content: str, **kw: Any) -> httpx.Response:
 
 
 def replicas(url: str) -> list[dict[str, Any]]:
-    return fresh(url, "GET", "/health").json()["models"][MODEL]["replicas"]
+    reps: list[dict[str, Any]] = fresh(url, "GET", "/health").json()["models"][MODEL]["replicas"]
+    return reps
 
 
 def scrape(url: str, name: str) -> float:
