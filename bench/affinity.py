@@ -133,7 +133,8 @@ def main() -> None:
     gateway = Upstream("gateway", [sys.executable, "-m", "tokenwire", "serve", "--engine",
                                    "vllm", *(a for u in replicas for a in ("--upstream", u.url)),
                                    "--tokenizer", str(default_model_path()), "--port",
-                                   str(port)], port, tmp / "gateway.log",
+                                   str(port), "--workers", "1"],  # one router's memory
+                       port, tmp / "gateway.log",
                        env={"TOKENWIRE_TOKENIZER_STORE": str(tmp / "gw-store")}).start()
     try:
         with httpx.Client(base_url=gateway.url, timeout=300) as http:

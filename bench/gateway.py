@@ -99,7 +99,8 @@ def main() -> None:
     port = free_port()
     gateway = Upstream("gateway", [sys.executable, "-m", "tokenwire", "serve", "--engine",
                                    "vllm", "--upstream", upstream.url, "--tokenizer",
-                                   str(default_model_path()), "--port", str(port)],
+                                   str(default_model_path()), "--port", str(port),
+                                   "--workers", "1"],  # one process: what one relay costs
                        port, tmp / "gateway.log",
                        env={"TOKENWIRE_TOKENIZER_STORE": str(tmp / "gw-store")}).start()
     try:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -46,9 +47,8 @@ def gateway(name: str, upstream: str, tmp: Path, routers: Path, workers: int = 1
     port = free_port()
     if name == "tokenwire":
         cmd = [sys.executable, "-m", "tokenwire", "serve", "--engine", "vllm", "--upstream",
-               upstream, "--tokenizer", str(hf_model_dir()), "--port", str(port)]
-        if workers > 1:
-            cmd += ["--workers", str(workers)]
+               upstream, "--tokenizer", str(hf_model_dir()), "--port", str(port),
+               "--workers", str(workers)]  # one unless asked: not the cores' default
         env = clean_env(TOKENWIRE_TOKENIZER_STORE=str(tmp / "store"),
                         TOKENWIRE_LOG_LEVEL="warning")
         return Server(f"tokenwire x{workers}" if workers > 1 else name, cmd, port, "/health",
@@ -196,9 +196,9 @@ def main() -> None:
     p.add_argument("--tokens", type=int, default=128)
     p.add_argument("--n", type=int, default=8, help="choices of a whole rollout request")
     p.add_argument("--relay-streams", type=int, default=16)
-    p.add_argument("--workers", type=int, default=1,
-                   help="also tokenwire with this many workers in the relay ceiling "
-                   "(`tokenwire serve --workers`, not built yet)")
+    p.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)),
+                   help="also tokenwire with this many workers (`tokenwire serve --workers`) "
+                   "in the relay ceiling; default: the cores")
     p.add_argument("--routers", type=Path, default=ROOT / ".venv-routers" / "bin")
     p.add_argument("--skip-vllm", action="store_true", help="the relay ceiling only "
                    "(needs --recorded)")

@@ -209,7 +209,9 @@ def test_a_stream_moves_to_another_replica_with_its_ids(kind: str, tmp_path: Pat
             assert len(want) > 60
 
             def kill(n: int) -> None:
-                if n == 40:
+                # llama-server runs ahead fast (no ignore_eos: a short story): killed early,
+                # before it has sent all of it
+                if n == (40 if kind == "tokenwire" else 8):
                     ups[0].kill()
 
             got, chunks = stream_ids(http, text, kill, max_tokens=200, **long)

@@ -60,6 +60,9 @@ class UpstreamStream:
         self._pending: deque[EngineEvent] = deque()
         self._finished = False
         self._closed = False
+        self._buffer = b""
+        self._ended = False
+        """`[DONE]` or the end of the body came: what is pending is all there is."""
         replica.board.enter(replica.index)
 
     def __aiter__(self) -> UpstreamStream:
@@ -98,23 +101,12 @@ class UpstreamStream:
                     raise ServiceUnavailableError(f"upstream {name} sent an unfinished response")
                 return
             while not self._pending:
-                line = await content.readline()
-                if not line or line.startswith(b"data: [DONE]"):
-                    self._take(self._decoder.end())
-                    if not self._pending:  # cut off: as good as lost (migration.py)
-                        self._replica.down("it ended a stream before the output was finished")
-                        await self.aclose()
-                        raise ReplicaLostError(
-                            f"upstream {name} ended the stream before the output was finished")
-                    break
-                if not line.startswith(b"data:"):
-                    continue  # blank separators, comments, event names
-                chunk = json_or_error(line[5:])
-                if not isinstance(chunk, dict):
-                    raise ServiceUnavailableError(f"upstream {name} sent a malformed chunk")
-                if "error" in chunk:
-                    raise self._engine.protocol_error(200, chunk, name)
-                self._take(self._decoder.feed(chunk))
+                if self._ended:  # cut off: as good as lost (migration.py)
+                    self._replica.down("it ended a stream before the output was finished")
+                    await self.aclose()
+                    raise ReplicaLostError(
+                        f"upstream {name} ended the stream before the output was finished")
+                self._read(await self._lines(content))
         except TRANSPORT_ERRORS as exc:
             # the replica is gone: migration.py goes on on another one, if it can
             self._replica.down(f"the connection broke mid-stream: {exc!r}")
@@ -128,6 +120,41 @@ class UpstreamStream:
         except BaseException:
             await self.aclose()
             raise
+
+    async def _lines(self, content: aiohttp.StreamReader) -> list[bytes]:
+        """Every complete line that has arrived (waiting for one); [] at the end. Events that
+        arrive together are decoded together, with no wait between them."""
+        while True:
+            cut = self._buffer.rfind(b"\n")
+            if cut >= 0:
+                lines = self._buffer[:cut].split(b"\n")  # (a CRLF's \r is JSON whitespace)
+                self._buffer = self._buffer[cut + 1:]
+                return lines
+            data = await content.readany()
+            if not data:
+                rest, self._buffer = self._buffer, b""
+                return [rest] if rest.strip() else []
+            self._buffer += data
+
+    def _read(self, lines: list[bytes]) -> None:
+        """Decode server-sent event lines; [] or `[DONE]`: the stream ended."""
+        name = self._replica.name
+        done = not lines
+        for line in lines:
+            if line.startswith(b"data: [DONE]"):
+                done = True
+                break
+            if not line.startswith(b"data:"):
+                continue  # blank separators, comments, event names
+            chunk = json_or_error(line[5:])
+            if not isinstance(chunk, dict):
+                raise ServiceUnavailableError(f"upstream {name} sent a malformed chunk")
+            if "error" in chunk:
+                raise self._engine.protocol_error(200, chunk, name)
+            self._take(self._decoder.feed(chunk))
+        if done:
+            self._ended = True
+            self._take(self._decoder.end())
 
     def _take(self, events: list[EngineEvent]) -> None:
         """Queue decoded events; a sampled id outside the pinned vocabulary is the upstream
