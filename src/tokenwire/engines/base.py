@@ -199,7 +199,9 @@ EngineEvent = TokenEvent | FinishEvent | PromptLogprobsEvent
 
 @runtime_checkable
 class EventStream(Protocol):
-    """The events of one sequence, ending after exactly one `FinishEvent`; `aclose` cancels."""
+    """The events of one sequence, ending after exactly one `FinishEvent`; `aclose` cancels.
+    A stream may also say whether its next event is at hand (`ready: bool`), so frames of
+    events that came together are written together (serving/generation.py `Flow`)."""
 
     def __aiter__(self) -> EventStream: ...
 

@@ -136,6 +136,11 @@ class _EventStream:
     def __aiter__(self) -> _EventStream:
         return self
 
+    @property
+    def ready(self) -> bool:
+        """The next event is at hand (the engine's thread has queued it)."""
+        return not self._queue.empty()
+
     async def __anext__(self) -> EngineEvent:
         if self._closed:
             raise StopAsyncIteration

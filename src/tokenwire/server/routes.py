@@ -9,7 +9,7 @@ from typing import TypeVar
 
 from pydantic import BaseModel
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 from starlette.routing import Route
 
 from .. import __version__
@@ -29,12 +29,13 @@ from ..protocol.tokenize import (
 from ..serving.chat import ChatService
 from ..serving.completions import CompletionService
 from ..serving.generate import GenerateService
+from ..serving.generation import FLOW, Flow
 from ..serving.models import ModelRegistry, ServedModel
 from ..serving.responses import ResponsesService
 from ..serving.tokenize import TokenizeService
 from ._json import ModelResponse
 from .middleware import caller_of
-from .sse import sse_frames, sse_typed_events
+from .sse import SSEResponse, sse_frames, sse_typed_events
 from .validation import parse_body
 
 __all__ = ["routes"]
@@ -92,12 +93,13 @@ async def _respond(request: Request, stream: bool,
                    ) -> Response:
     """SSE for a stream (errors before the first chunk are still plain HTTP errors), else JSON."""
     if stream:
+        flow = Flow()  # where the choices run, they say when frames can go out together
+        FLOW.set(flow)
         try:  # admission may wait (an upstream's prefill): a client gone meanwhile frees it
             chunks = await _unless_disconnected(request, make_stream())
         except _ClientGone:
             return Response(status_code=499)
-        return StreamingResponse(frames(chunks), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache"})
+        return SSEResponse(frames(chunks), flow)
     try:
         result = await _unless_disconnected(request, make_whole())
     except _ClientGone:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncGenerator, Callable, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 from ..engines.base import (
@@ -29,8 +30,8 @@ from ..tokenizers.base import Tokenizer
 from ..tokenizers.conversions import Reason
 from .output import Delta, OutputDecoder
 
-__all__ = ["ChoiceResult", "ChoiceUpdate", "RunningUsage", "collect", "migration_warnings",
-           "run_choices", "wire_spans"]
+__all__ = ["FLOW", "ChoiceResult", "ChoiceUpdate", "Flow", "RunningUsage", "collect",
+           "migration_warnings", "run_choices", "wire_spans"]
 
 
 @dataclass
@@ -128,11 +129,29 @@ async def collect(updates: AsyncGenerator[ChoiceUpdate, None], n: int) -> list[C
 OutputCheck = Callable[[str], object | None]
 
 
+class Flow:
+    """Whether the update just yielded has another behind it at hand (`more`): the engine
+    already holds the next event, as when an upstream's events arrive together. The response
+    then holds the frame and writes the frames together (server/sse.py)."""
+
+    __slots__ = ("more",)
+
+    def __init__(self) -> None:
+        self.more = False
+
+
+FLOW: ContextVar[Flow | None] = ContextVar("tokenwire_flow", default=None)
+"""The `Flow` of the response being made (set by the route, read where its choices run)."""
+
+
 async def _updates(index: int, stream: EventStream, decoder: OutputDecoder,
                    check: OutputCheck | None, clock: TokenClock | None,
-                   ) -> AsyncGenerator[ChoiceUpdate, None]:
+                   flow: Flow | None = None) -> AsyncGenerator[ChoiceUpdate, None]:
     """One choice's updates: its tokens decoded into deltas, then its finish. The stream is
-    closed however this ends."""
+    closed however this ends. With a `flow`, each update says whether the stream holds the
+    next event already (an engine stream's optional `ready`)."""
+    if flow is not None and not hasattr(stream, "ready"):
+        flow = None
     n_sampled = 0
     text = ""
     changes: list[tuple[str, int]] = []  # (weight version, first output index)
@@ -156,6 +175,8 @@ async def _updates(index: int, stream: EventStream, decoder: OutputDecoder,
                     yield ChoiceUpdate(index, delta, "stop", decoder.stop_string, n_sampled)
                     return
                 if delta:
+                    if flow is not None:
+                        flow.more = stream.ready  # type: ignore[attr-defined]
                     yield ChoiceUpdate(index, delta, weight_versions=_spans(
                         changes, n_sampled) if changed else None)
                     changed = False
@@ -170,6 +191,8 @@ async def _updates(index: int, stream: EventStream, decoder: OutputDecoder,
                         clock.token()
                 if ev.n_sampled is not None:
                     n_sampled = ev.n_sampled  # the upstream's own count (text-only engines)
+                if flow is not None:
+                    flow.more = False
                 yield ChoiceUpdate(index, decoder.finish(), ev.reason, stop_reason, n_sampled,
                                    stop_event=ev.stop_token, cached_tokens=ev.cached_tokens,
                                    weight_versions=ev.weight_versions,
@@ -242,13 +265,14 @@ async def run_choices(engine: Engine, jobs: Sequence[tuple[Sequence[int], Sampli
 def _merge(streams: list[EventStream], decoders: list[OutputDecoder],
            check: OutputCheck | None, clocks: list[TokenClock | None],
            ) -> AsyncGenerator[ChoiceUpdate, None]:
-    choices = [_updates(i, s, d, check, c)
-               for i, (s, d, c) in enumerate(zip(streams, decoders, clocks, strict=True))]
-    # one choice (the common case) is read where it is consumed: no task, no queue
-    return choices[0] if len(choices) == 1 else _merged(choices)
+    flow = FLOW.get()
+    if len(streams) == 1:  # the common case: read where it is consumed, no task, no queue
+        return _updates(0, streams[0], decoders[0], check, clocks[0], flow)
+    return _merged([_updates(i, s, d, check, c) for i, (s, d, c) in enumerate(
+        zip(streams, decoders, clocks, strict=True))], flow)
 
 
-async def _merged(choices: list[AsyncGenerator[ChoiceUpdate, None]],
+async def _merged(choices: list[AsyncGenerator[ChoiceUpdate, None]], flow: Flow | None,
                   ) -> AsyncGenerator[ChoiceUpdate, None]:
     """Several choices' updates as they come, each choice read by a task of its own."""
     queue: asyncio.Queue[ChoiceUpdate | BaseException] = asyncio.Queue()
@@ -261,6 +285,8 @@ async def _merged(choices: list[AsyncGenerator[ChoiceUpdate, None]],
                 raise item
             if item.finish_reason is not None:
                 remaining -= 1
+            if flow is not None:
+                flow.more = not queue.empty()
             yield item
     finally:
         for t in tasks:

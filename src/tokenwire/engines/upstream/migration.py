@@ -80,6 +80,10 @@ class MigratingStream:
     def __aiter__(self) -> MigratingStream:
         return self
 
+    @property
+    def ready(self) -> bool:
+        return bool(getattr(self._inner, "ready", False))
+
     async def __anext__(self) -> EngineEvent:
         while True:
             got: EngineEvent | None

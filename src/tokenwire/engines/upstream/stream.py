@@ -68,6 +68,11 @@ class UpstreamStream:
     def __aiter__(self) -> UpstreamStream:
         return self
 
+    @property
+    def ready(self) -> bool:
+        """The next event is at hand (it came with the last read)."""
+        return bool(self._pending)
+
     async def __anext__(self) -> EngineEvent:
         if not self._pending:
             if self._finished or self._closed:
@@ -152,6 +157,8 @@ class UpstreamStream:
             if "error" in chunk:
                 raise self._engine.protocol_error(200, chunk, name)
             self._take(self._decoder.feed(chunk))
+            if self._pending and isinstance(self._pending[-1], FinishEvent):
+                return  # what follows (usage, [DONE]) is read when the stream closes
         if done:
             self._ended = True
             self._take(self._decoder.end())
