@@ -190,6 +190,55 @@ def report(results: dict[str, Any], names: list[str], base: str | None) -> None:
                   f"{f(cpu / tw if cpu and tw else None, 2)} |")
 
 
+def figure(results: dict[str, Any], path: Path) -> None:
+    """Left: CPU ms per relayed token, per workload and gateway (medians, whiskers: the rounds'
+    range); right: the relay ceiling's tokens/s per contender."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (cpu_ax, relay_ax) = plt.subplots(1, 2, figsize=(12, 4.8),
+                                           gridspec_kw={"width_ratios": [3, 2]})
+    vllm = results.get("vllm") or {}
+    work = list(vllm)
+    width = 0.8 / len(GATEWAYS)
+    for j, g in enumerate(GATEWAYS):
+        xs, mids, lo, hi = [], [], [], []
+        for i, w in enumerate(work):
+            got = [r["cpu_ms_per_token"] for r in vllm[w].get(g, [])
+                   if r["cpu_ms_per_token"]]
+            if not got:
+                continue
+            mid = statistics.median(got)
+            xs.append(i + (j - (len(GATEWAYS) - 1) / 2) * width)
+            mids.append(mid)
+            lo.append(mid - min(got))
+            hi.append(max(got) - mid)
+        bars = cpu_ax.bar(xs, mids, width * 0.95, yerr=[lo, hi], capsize=3, label=g)
+        cpu_ax.bar_label(bars, labels=[f"{m:.3f}" for m in mids], fontsize=7, padding=2)
+    cpu_ax.set_xticks(range(len(work)), work, fontsize=8)
+    cpu_ax.set_ylabel("gateway CPU ms per relayed token (lower is better)", fontsize=8)
+    cpu_ax.set_title(f"in front of one real vLLM ({results['rounds']} rounds)", fontsize=9)
+    cpu_ax.legend(fontsize=8)
+    for w, per in (results.get("relay") or {}).items():
+        names = [n for n in per if n != "direct"] + ["direct"]
+        rates = [statistics.median(r["tokens_per_s"] for r in per[n]) / 1000 for n in names]
+        bars = relay_ax.bar(range(len(names)), rates,
+                            color=["C0" if n.startswith("tokenwire") else "C7" if n == "direct"
+                                   else "C1" if n == "smg" else "C2" for n in names])
+        relay_ax.bar_label(bars, labels=[f"{r:.1f}k" for r in rates], fontsize=7, padding=2)
+        relay_ax.set_xticks(range(len(names)), [n.replace("direct", "stub direct")
+                                                for n in names], fontsize=8)
+        relay_ax.set_title(f"relay ceiling: {w} from a stub", fontsize=9)
+    relay_ax.set_ylabel("thousand tokens/s relayed (higher is better)", fontsize=8)
+    fig.suptitle("tokenwire, smg and vllm-router on this machine's 2 cores "
+                 "(bench/gateways.py)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rounds", type=int, default=3)
@@ -204,7 +253,12 @@ def main() -> None:
                    "(needs --recorded)")
     p.add_argument("--recorded", type=Path, default=None)
     p.add_argument("--json", type=Path, default=ROOT / "docs" / "gateways.json")
+    p.add_argument("--plot-only", action="store_true", help="redraw the figure from --json")
     args = p.parse_args()
+    png = args.json.with_suffix(".png")
+    if args.plot_only:
+        figure(json.loads(args.json.read_text()), png)
+        return
     tmp = Path(tempfile.mkdtemp(prefix="tw-gateways-"))
     results: dict[str, Any] = {"tokens": args.tokens, "rounds": args.rounds}
     names = ["direct", *GATEWAYS]
@@ -269,7 +323,8 @@ def main() -> None:
             f"relayed, {c} streams": lambda u, m: streams(u, m, t, c, 2)})
         report(results["relay"], relay_names, "tokenwire")
         args.json.write_text(json.dumps(results, indent=1) + "\n")
-        print(f"\nwrote {args.json}")
+        figure(results, png)
+        print(f"\nwrote {args.json} and {png}")
     finally:
         for s in started:
             s.stop()

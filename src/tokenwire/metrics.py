@@ -70,7 +70,7 @@ class TokenClock:
     """Times one choice, started when it was submitted: its first sampled token against the
     start (time to first token), each later one against the one before (inter-token)."""
 
-    def __init__(self, ttft: Histogram, itl: Histogram):
+    def __init__(self, ttft: Histogram, itl: Histogram | None):
         self._ttft = ttft
         self._itl = itl
         self._last: float | None = None
@@ -81,7 +81,7 @@ class TokenClock:
         now = time.monotonic()
         if self._last is None:
             self._ttft.observe(now - self._start)
-        else:
+        elif self._itl is not None:
             self._itl.observe(now - self._last)
         self._last = now
 
@@ -93,8 +93,10 @@ class TokenTimer:
         self._ttft = ttft
         self._itl = itl
 
-    def clock(self) -> TokenClock:
-        return TokenClock(self._ttft, self._itl)
+    def clock(self, *, inter_token: bool = True) -> TokenClock:
+        """`inter_token` False: the tokens arrive together (a whole answer), only the first is
+        timed."""
+        return TokenClock(self._ttft, self._itl if inter_token else None)
 
 
 class _Conversions(Collector):

@@ -256,6 +256,58 @@ def test_vllm_sampling_masks_and_routed_experts_reach_the_client(tok, gguf_info,
             thread.join(timeout=30)
 
 
+def test_whole_answers_come_from_vllm_in_one_body(tok, gguf_info, model_path,  # type: ignore[no-untyped-def]
+                                                  tmp_path) -> None:
+    """A client that reads only the finished output gets it from one vLLM body, not an event
+    per token (the gateway's work per token is then a list in a JSON body); a stream, a stop
+    string (the gateway cuts there, vLLM would sample on) keep vLLM's events."""
+    import httpx
+
+    from tokenwire.server.app import create_app
+
+    whole = shape("vllm", "generate_response_nonstream_v034")  # ids 3869 29892 306 626, EOS 2
+
+    def answer(body: Any) -> Response:
+        if body["stream"]:
+            return sse(shape("vllm", "generate_stream_chunk_v034"), shape(
+                "vllm", "generate_stream_final_chunk_v034"), shape(
+                "vllm", "generate_stream_usage_chunk_v034"))
+        return reply(200, whole)
+
+    up = Upstream(tok, vllm_routes(answer))
+    with up.serving():
+        settings = Settings(engine="vllm", upstream=[up.url], tokenizer=model_path,
+                            port=_free_port(), tokenizer_store=tmp_path / "store",
+                            health_interval=3600, upstream_start_timeout=5)
+        server, thread = start_server(create_app(settings), settings.port)
+        try:
+            url = f"http://127.0.0.1:{settings.port}/inference/v1/generate"
+
+            def sent() -> list[Any]:
+                return up.generation_bodies("/inference/v1/generate")
+
+            r = httpx.post(url, json={"token_ids": [1, 2, 3], "sampling_params": {
+                "temperature": 0, "n": 2}}).json()
+            assert [c["token_ids"] for c in r["choices"]] == [[3869, 29892, 306, 626, 2]] * 2
+            assert r["usage"]["completion_tokens"] == 10
+            assert [b["stream"] for b in sent()[-2:]] == [False, False]
+            assert all("stream_options" not in b for b in sent()[-2:])
+            r = httpx.post(url, json={"token_ids": [1, 2, 3], "sampling_params": {"stop": ["x"]}})
+            assert r.status_code == 200, r.text
+            r = httpx.post(url, json={"token_ids": [1, 2, 3], "sampling_params": {},
+                                      "stream": True})
+            assert r.status_code == 200, r.text
+            assert [b["stream"] for b in sent()[-2:]] == [True, True]
+            r = httpx.post(f"http://127.0.0.1:{settings.port}/v1/chat/completions", json={
+                "model": "my-served-name", "messages": [{"role": "user", "content": "hi"}],
+                "return_token_ids": True}).json()
+            assert r["choices"][0]["token_ids"] == [3869, 29892, 306, 626]
+            assert r["choices"][0]["finish_reason"] == "stop" and sent()[-1]["stream"] is False
+        finally:
+            server.should_exit = True
+            thread.join(timeout=30)
+
+
 async def test_vllm_logprobs_in_both_spellings(tok, gguf_info, model_path) -> None:  # type: ignore[no-untyped-def]
     new = shape("vllm", "generate_response_nonstream_logprobs_v034")  # token_id, 0.32+
     old = shape("vllm", "generate_response_nonstream_v011_v024")  # "token_id:N", <= 0.31

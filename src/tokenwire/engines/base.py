@@ -129,6 +129,10 @@ class SamplingParams:
     cache for a salted request (one way only)."""
     cache_key: str | None = None
     """OpenAI's `prompt_cache_key`: a gateway sends requests with one key to one replica."""
+    whole: bool = False
+    """Only the finished output is read (no stream to a client, no stop string or output
+    check that ends it early): an upstream may answer in one body instead of an event per
+    token."""
 
     def stops(self, eog_ids: frozenset[int]) -> frozenset[int]:
         """Every id whose sampling ends the output."""

@@ -163,6 +163,8 @@ class _Decoder(ChunkDecoder):
 
 class VllmEngine(UpstreamEngine):
     name = "vllm"
+    answers_whole = True
+    """A request marked `whole` (`SamplingParams`) is asked with `stream: false`: one body."""
 
     @property
     def logprobs_mode(self) -> str | None:
@@ -226,7 +228,7 @@ class VllmEngine(UpstreamEngine):
             sampling["structured_outputs"] = {"structural_tag": structural_tag(g)} if g.lazy \
                 else {"json": json.loads(g.json_schema)} if g.json_schema is not None \
                 else {"grammar": g.gbnf}
-        stream = params.prompt_logprobs is None
+        stream = params.prompt_logprobs is None and not params.whole
         if replica.info.mode == GENERATE:
             body: dict[str, Any] = {"token_ids": list(prompt),
                                     "sampling_params": {**sampling, "detokenize": False},

@@ -225,7 +225,8 @@ class ChatService(GenerationService):
         """Admit a plan's choices; their updates (what the Responses API renders instead)."""
         return await self._start(plan)
 
-    async def _start(self, plan: ChatPlan) -> AsyncGenerator[ChoiceUpdate, None]:
+    async def _start(self, plan: ChatPlan, *, whole: bool = False,
+                     ) -> AsyncGenerator[ChoiceUpdate, None]:
         req = plan.req
         params = choice_params(
             n=req.n, max_tokens=plan.budget, temperature=req.temperature, top_p=req.top_p,
@@ -244,7 +245,7 @@ class ChatService(GenerationService):
                                  # tool calls are parsed from the text: their tags stay in it
                                  skip_special=bool(req.skip_special_tokens)
                                  and not plan.constraints.parse_tools,
-                                 min_tokens=plan.extras.min_tokens)
+                                 min_tokens=plan.extras.min_tokens, whole=whole)
 
     # -- responses -----------------------------------------------------------------------------
 
@@ -339,7 +340,7 @@ class ChatService(GenerationService):
     async def create(self, req: ChatCompletionRequest,
                      caller: Caller = ANONYMOUS) -> ChatCompletion:
         plan = await self._planned(req, caller)
-        acc = await self._whole(lambda: self._start(plan), plan.req.n)
+        acc = await self._whole(lambda: self._start(plan, whole=True), plan.req.n)
         completion = self._completion(plan, acc, self._served(plan, Usage.of(
             len(plan.prompt), sum(a.n_sampled for a in acc), acc[0].cached_tokens)))
         if req.store:

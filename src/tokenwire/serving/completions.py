@@ -145,7 +145,8 @@ class CompletionService(GenerationService):
                      logprobs_mode=model.engine.info.logprobs_mode
                      if req.logprobs is not None else None)
 
-    async def _start(self, plan: _Plan) -> AsyncGenerator[ChoiceUpdate, None]:
+    async def _start(self, plan: _Plan, *, whole: bool = False,
+                     ) -> AsyncGenerator[ChoiceUpdate, None]:
         req = plan.req
         score = req.logprobs if req.echo else None
         jobs = []
@@ -171,7 +172,7 @@ class CompletionService(GenerationService):
                                  timer=self._timer(plan),
                                  include_stop=req.include_stop_str_in_output,
                                  skip_special=bool(req.skip_special_tokens),
-                                 min_tokens=req.min_tokens)
+                                 min_tokens=req.min_tokens, whole=whole)
 
     def _prompt_events(self, plan: _Plan, choice: int,
                        scored: tuple[TokenEvent, ...]) -> list[TokenEvent]:
@@ -180,7 +181,7 @@ class CompletionService(GenerationService):
 
     async def create(self, req: CompletionRequest, caller: Caller = ANONYMOUS) -> Completion:
         plan = await self._prepare(self.plan, req, caller)
-        acc = await self._whole(lambda: self._start(plan), len(plan.prompts) * req.n)
+        acc = await self._whole(lambda: self._start(plan, whole=True), len(plan.prompts) * req.n)
         tok = plan.model.tokenizer
         choices = []
         for c, a in enumerate(acc):

@@ -190,7 +190,8 @@ class GenerateService(GenerationService):
                      id=f"generate-tokens-{req.request_id or uuid.uuid4().hex}",
                      warnings=warnings or None)
 
-    async def _start(self, plan: _Plan) -> AsyncGenerator[ChoiceUpdate, None]:
+    async def _start(self, plan: _Plan, *, whole: bool = False,
+                     ) -> AsyncGenerator[ChoiceUpdate, None]:
         sp = plan.req.sampling_params
         # vLLM's rule: more tokens asked than the context leaves end in "length", not a 400
         # (RL loops send a fixed max_tokens with prompts that grow turn by turn)
@@ -215,7 +216,7 @@ class GenerateService(GenerationService):
                                  keep_stop_token=True, min_tokens=sp.min_tokens,
                                  text=None,  # the response has ids only
                                  output_check=self._guard.output_check(),
-                                 timer=self._timer(plan))
+                                 timer=self._timer(plan), whole=whole)
 
     def _choice(self, plan: _Plan, index: int, ids: list[int], events: list[TokenEvent],
                 finish: str | None, stop_reason: int | str | None,
@@ -251,7 +252,7 @@ class GenerateService(GenerationService):
 
     async def create(self, req: GenerateRequest, caller: Caller = ANONYMOUS) -> GenerateResponse:
         plan = await self._prepare(self.plan, req, caller)
-        acc = await self._whole(lambda: self._start(plan), req.sampling_params.n)
+        acc = await self._whole(lambda: self._start(plan, whole=True), req.sampling_params.n)
         usage = self._served(plan, self._usage(plan, sum(a.n_sampled for a in acc),
                                                acc[0].cached_tokens))
         choices = [self._choice(plan, i, a.ids, a.events, a.finish_reason, a.stop_reason,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import AsyncGenerator, Callable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -227,14 +228,22 @@ async def run_choices(engine: Engine, jobs: Sequence[tuple[Sequence[int], Sampli
                       keep_stop_token: bool = False, timer: TokenTimer | None = None,
                       include_stop: bool = False, skip_special: bool = False,
                       min_tokens: int = 0, text: Reason | None = "output",
-                      ) -> AsyncGenerator[ChoiceUpdate, None]:
+                      whole: bool = False) -> AsyncGenerator[ChoiceUpdate, None]:
     """One choice per (prompt, params) job; updates carry the job's index. With a `timer`,
     each choice's tokens are timed from now (admission and queueing included). `text`: why
     the output's text is read, None where nobody reads it (`OutputDecoder`); an
-    `output_check` reads it."""
+    `output_check` reads it. `whole`: the caller reads only the finished output; unless a stop
+    string or the output check may end a choice early (the upstream would generate on), an
+    engine that can answer in one body (`answers_whole`: vLLM's) is told so
+    (`SamplingParams.whole`)."""
     if output_check is not None and text is None:
         text = "policy"
-    clocks = [timer.clock() if timer is not None else None for _ in jobs]
+    whole = whole and not stop and output_check is None and getattr(engine, "answers_whole",
+                                                                    False)
+    if whole:
+        jobs = [(prompt, dataclasses.replace(p, whole=True)) for prompt, p in jobs]
+    # a whole answer's tokens come together: no inter-token latency to observe
+    clocks = [timer.clock(inter_token=not whole) if timer is not None else None for _ in jobs]
     most = engine.info.max_sequences
     if most is not None and len(jobs) > most:
         raise InvalidRequestError(
