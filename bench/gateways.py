@@ -49,8 +49,10 @@ def gateway(name: str, upstream: str, tmp: Path, routers: Path, workers: int = 1
         cmd = [sys.executable, "-m", "tokenwire", "serve", "--engine", "vllm", "--upstream",
                upstream, "--tokenizer", str(hf_model_dir()), "--port", str(port),
                "--workers", str(workers)]  # one unless asked: not the cores' default
+        # whole rollouts in one body from vLLM, as the Rust gateways relay them (the default
+        # streams them, to continue on another replica if one is lost: docs/deploy.md)
         env = clean_env(TOKENWIRE_TOKENIZER_STORE=str(tmp / "store"),
-                        TOKENWIRE_LOG_LEVEL="warning")
+                        TOKENWIRE_LOG_LEVEL="warning", TOKENWIRE_UPSTREAM_WHOLE_ANSWERS="true")
         return Server(f"tokenwire x{workers}" if workers > 1 else name, cmd, port, "/health",
                       tmp / f"{name}-{port}.log", env=env)
     # HTTP mode: both relay OpenAI requests to the worker as they are (no tokenizing)

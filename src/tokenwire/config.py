@@ -182,6 +182,13 @@ class Settings(BaseSettings):
         "its replica is lost mid-response (prompt + the ids already sent, continued there); "
         "0: never, the response ends with an error as before."
     )
+    upstream_whole_answers: bool = Field(
+        False, description="vLLM upstreams: a request whose client reads only the finished "
+        "output (no stream, no stop strings, no output policy) is asked for in one body, not "
+        "an event per token: far less gateway CPU per token (RL rollouts), but a replica lost "
+        "mid-generation costs the request a fresh start elsewhere (streamed from the "
+        "upstream, it continues from the ids already sampled)."
+    )
     upstream_start_timeout: float = Field(
         120.0, ge=0, description="Seconds to wait at start for a first replica to answer."
     )

@@ -258,9 +258,10 @@ def test_vllm_sampling_masks_and_routed_experts_reach_the_client(tok, gguf_info,
 
 def test_whole_answers_come_from_vllm_in_one_body(tok, gguf_info, model_path,  # type: ignore[no-untyped-def]
                                                   tmp_path) -> None:
-    """A client that reads only the finished output gets it from one vLLM body, not an event
-    per token (the gateway's work per token is then a list in a JSON body); a stream, a stop
-    string (the gateway cuts there, vLLM would sample on) keep vLLM's events."""
+    """With `upstream_whole_answers`, a client that reads only the finished output gets it from
+    one vLLM body, not an event per token (the gateway's work per token is then a list in a
+    JSON body); a stream, a stop string (the gateway cuts there, vLLM would sample on) keep
+    vLLM's events."""
     import httpx
 
     from tokenwire.server.app import create_app
@@ -278,7 +279,8 @@ def test_whole_answers_come_from_vllm_in_one_body(tok, gguf_info, model_path,  #
     with up.serving():
         settings = Settings(engine="vllm", upstream=[up.url], tokenizer=model_path,
                             port=_free_port(), tokenizer_store=tmp_path / "store",
-                            health_interval=3600, upstream_start_timeout=5)
+                            health_interval=3600, upstream_start_timeout=5,
+                            upstream_whole_answers=True)
         server, thread = start_server(create_app(settings), settings.port)
         try:
             url = f"http://127.0.0.1:{settings.port}/inference/v1/generate"

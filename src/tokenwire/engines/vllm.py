@@ -163,8 +163,12 @@ class _Decoder(ChunkDecoder):
 
 class VllmEngine(UpstreamEngine):
     name = "vllm"
-    answers_whole = True
-    """A request marked `whole` (`SamplingParams`) is asked with `stream: false`: one body."""
+
+    @property
+    def answers_whole(self) -> bool:
+        """A request marked `whole` (`SamplingParams`) is asked with `stream: false` (one
+        body), where the operator chose so (`upstream_whole_answers`)."""
+        return self.settings.upstream_whole_answers
 
     @property
     def logprobs_mode(self) -> str | None:

@@ -47,7 +47,7 @@ from .control import FleetControl
 from .errors import upstream_error
 from .health import Health
 from .migration import MigratingStream
-from .replica import Replica, UpstreamInfo
+from .replica import Replica, Seat, UpstreamInfo
 from .stream import ChunkDecoder, UpstreamStream
 from .transport import TRANSPORT_ERRORS, Transport, json_or_error
 
@@ -294,6 +294,16 @@ class UpstreamEngine:
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=self._settings.
                                         upstream_connect_timeout, sock_read=None) \
             if body.get("stream") is False else None
+        seat = r.seat()  # in flight from the send (a whole answer's headers come last)
+        try:
+            return await self._opened(r, prompt, params, path, body, timeout, seat)
+        except BaseException:
+            seat.release()
+            raise
+
+    async def _opened(self, r: Replica, prompt: Sequence[int], params: SamplingParams,
+                      path: str, body: dict[str, Any], timeout: aiohttp.ClientTimeout | None,
+                      seat: Seat) -> UpstreamStream:
         try:
             resp = await self.send("POST", r.url + path, json=body, timeout=timeout)
         except TRANSPORT_ERRORS as exc:
@@ -317,7 +327,7 @@ class UpstreamEngine:
                 log.warning("upstream %s answered %d: %r", r.url, status, data[:200])
                 raise _Failover(f"{r.name}: answered {status}")
             raise self.protocol_error(status, json_or_error(data), r.name)
-        stream = UpstreamStream(self, r, resp, self.decoder(r, prompt, params))
+        stream = UpstreamStream(self, r, resp, self.decoder(r, prompt, params), seat)
         try:  # a replica that accepted the request but cannot serve it still fails over
             await stream.prime()
         except (ServiceUnavailableError, RateLimitError) as exc:

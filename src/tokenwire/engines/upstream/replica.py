@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from ..base import ReplicaHealth
 from .board import Board
 
-__all__ = ["Replica", "UpstreamInfo"]
+__all__ = ["Replica", "Seat", "UpstreamInfo"]
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +64,10 @@ class Replica:
         self.reason = reason
         self.info = None
 
+    def seat(self) -> Seat:
+        """A request's place in this replica's in-flight count, from its send to its end."""
+        return Seat(self)
+
     @property
     def in_flight(self) -> int:
         """Requests running there from every worker of the box."""
@@ -78,3 +82,18 @@ class Replica:
         return ReplicaHealth(url=self.url, name=self.name, healthy=healthy,
                              reason=None if healthy else (self.refused or self.reason),
                              in_flight=self.in_flight, served=self.served)
+
+
+class Seat:
+    """One request in a replica's in-flight count; `release` (any number of times) ends it."""
+
+    __slots__ = ("_replica",)
+
+    def __init__(self, replica: Replica):
+        self._replica: Replica | None = replica
+        replica.board.enter(replica.index)
+
+    def release(self) -> None:
+        if self._replica is not None:
+            self._replica.board.leave(self._replica.index)
+            self._replica = None

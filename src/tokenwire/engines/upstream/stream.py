@@ -19,7 +19,7 @@ import aiohttp
 
 from ...errors import ServiceUnavailableError
 from ..base import EngineEvent, FinishEvent, ReplicaLostError, TokenEvent
-from .replica import Replica
+from .replica import Replica, Seat
 from .transport import MALFORMED, TRANSPORT_ERRORS, json_or_error
 
 if TYPE_CHECKING:
@@ -48,7 +48,7 @@ class UpstreamStream:
     cancels the request) and releases the replica."""
 
     def __init__(self, engine: UpstreamEngine, replica: Replica,
-                 response: aiohttp.ClientResponse, decoder: ChunkDecoder):
+                 response: aiohttp.ClientResponse, decoder: ChunkDecoder, seat: Seat):
         self._vocab = engine.info.vocab_size
         self._engine = engine
         self._replica = replica
@@ -63,7 +63,7 @@ class UpstreamStream:
         self._buffer = b""
         self._ended = False
         """`[DONE]` or the end of the body came: what is pending is all there is."""
-        replica.board.enter(replica.index)
+        self._seat = seat  # released when the stream closes
 
     def __aiter__(self) -> UpstreamStream:
         return self
@@ -177,7 +177,7 @@ class UpstreamStream:
         if self._closed:
             return
         self._closed = True
-        self._replica.board.leave(self._replica.index)
+        self._seat.release()
         if self._finished:  # what follows the finish (usage, [DONE]) is read, and the
             try:            # connection kept for the next request
                 await asyncio.wait_for(self._response.read(), 1.0)
