@@ -5,9 +5,11 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
+import pytest
+from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.parser import text_string_to_metric_families
 
-from tokenwire.metrics import Metrics
+from tokenwire.metrics import ITL_BUCKETS, Metrics
 
 
 def samples(m: Metrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -51,12 +53,29 @@ def test_steps_from_another_thread_and_queues_read_at_scrape_time() -> None:
     assert samples(m)[("tokenwire_num_requests_waiting", label)] == 1
 
 
-def test_a_clock_times_the_first_token_then_the_gaps() -> None:
+def test_a_clock_times_the_first_token_then_the_gaps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The gaps are tallied and added every 64 tokens and at the end, into the same buckets
+    as `Histogram.observe` puts them (a gap on a bound is in that bound's bucket)."""
     m = Metrics()
+    now = [100.0]
+    monkeypatch.setattr("tokenwire.metrics.time.monotonic", lambda: now[0])
     clock = m.timer("m").clock()
-    for _ in range(4):
+    gaps = [0.02, 0.02, 0.003, 25.0] + [0.005] * 64  # on a bound, between, past the last
+    ref = Histogram("ref", "", buckets=ITL_BUCKETS, registry=CollectorRegistry())
+    for gap in [0.5, *gaps]:  # the first: time to first token
+        now[0] += gap
         clock.token()
-    got = samples(m)
     label = (("model_name", "m"),)
+    assert samples(m)[("tokenwire_inter_token_latency_seconds_count", label)] == 64  # so far
+    clock.close()
+    for gap in gaps:
+        ref.observe(gap)
+    got = samples(m)
     assert got[("tokenwire_time_to_first_token_seconds_count", label)] == 1
-    assert got[("tokenwire_inter_token_latency_seconds_count", label)] == 3
+    want = {s.labels.get("le"): s.value for s in ref.collect()[0].samples
+            if s.name.endswith(("_bucket", "_count"))}
+    for le, value in want.items():
+        key = ("tokenwire_inter_token_latency_seconds_" + ("bucket" if le else "count"),
+               (("le", le), ("model_name", "m")) if le else label)
+        assert got[key] == value, (le, got.get(key), value)
+    assert got[("tokenwire_inter_token_latency_seconds_sum", label)] == pytest.approx(sum(gaps))

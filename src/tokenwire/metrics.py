@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import time
+from bisect import bisect_left
 from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Literal, Protocol, runtime_checkable
@@ -66,13 +67,47 @@ class _Migrating(Protocol):
     on_migration: Callable[[str], None] | None
 
 
+class _Tally:
+    """Observations of one histogram child counted here and added to it in one go: an
+    observation is then a bisect and two additions (a `Histogram.observe` costs 2 us, 7 us in
+    the multiprocess mode of `--workers`, which writes a memory map per call)."""
+
+    __slots__ = ("_bounds", "_child", "_counts", "_n", "_sum")
+
+    def __init__(self, child: Histogram):
+        self._child = child
+        self._bounds = child._upper_bounds  # the child's own, +Inf last
+        self._counts = [0] * len(self._bounds)
+        self._sum = 0.0
+        self._n = 0
+
+    def observe(self, value: float) -> None:
+        self._counts[bisect_left(self._bounds, value)] += 1  # first bound >= value, as observe
+        self._sum += value
+        self._n += 1
+        if self._n >= 64:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self._n:
+            return
+        buckets = self._child._buckets
+        for i, n in enumerate(self._counts):
+            if n:
+                buckets[i].inc(n)
+                self._counts[i] = 0
+        self._child._sum.inc(self._sum)
+        self._sum, self._n = 0.0, 0
+
+
 class TokenClock:
     """Times one choice, started when it was submitted: its first sampled token against the
-    start (time to first token), each later one against the one before (inter-token)."""
+    start (time to first token), each later one against the one before (inter-token; tallied,
+    added every 64 tokens and at `close`)."""
 
     def __init__(self, ttft: Histogram, itl: Histogram | None):
         self._ttft = ttft
-        self._itl = itl
+        self._itl = _Tally(itl) if itl is not None else None
         self._last: float | None = None
         self._start = time.monotonic()
 
@@ -84,6 +119,11 @@ class TokenClock:
         elif self._itl is not None:
             self._itl.observe(now - self._last)
         self._last = now
+
+    def close(self) -> None:
+        """The choice ended: what is tallied goes to the histogram."""
+        if self._itl is not None:
+            self._itl.flush()
 
 
 class TokenTimer:

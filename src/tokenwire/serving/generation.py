@@ -201,6 +201,8 @@ async def _updates(index: int, stream: EventStream, decoder: OutputDecoder,
                 return
         raise ServiceUnavailableError("the engine ended a sequence without finishing it")
     finally:
+        if clock is not None:
+            clock.close()
         await stream.aclose()
 
 
