@@ -209,7 +209,7 @@ def figure(results: dict[str, Any], path: Path) -> None:
         xs, mids, lo, hi = [], [], [], []
         for i, w in enumerate(work):
             got = [r["cpu_ms_per_token"] for r in vllm[w].get(g, [])
-                   if r["cpu_ms_per_token"]]
+                   if r["cpu_ms_per_token"] is not None]
             if not got:
                 continue
             mid = statistics.median(got)
