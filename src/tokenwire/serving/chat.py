@@ -67,7 +67,7 @@ from .sampling import (
     vllm_params,
 )
 from .stored import StoredCompletions
-from .tokens import IdSpan, check_id_range
+from .tokens import IdSpan, TokenSpace, check_id_range
 from .toolformat import HERMES
 from .toolparser import CallPiece, ParsedDelta, ToolCallParser
 
@@ -129,6 +129,38 @@ def _check_shape(req: ChatCompletionRequest, settings: Settings) -> None:
             code="invalid_value")
 
 
+def _check_translatable(req: ChatCompletionRequest, constraints: Constraints) -> None:
+    """What names the model's own ids (or needs them untouched) cannot be combined with
+    `tokenizer_fallback: "translate"`, where the client's ids are another tokenizer's."""
+    if constraints.parse_tools:
+        raise UnsupportedParameterError(
+            "tool calls cannot be combined with tokenizer_fallback 'translate' (the ids "
+            "of each call piece would be re-encoded)", param="tokenizer_fallback")
+    for param, value in (("stop_token_ids", req.stop_token_ids),
+                         ("logit_bias", req.logit_bias)):
+        if value:
+            raise UnsupportedParameterError(
+                f"{param} names the model's ids; it cannot be combined with "
+                "tokenizer_fallback 'translate'", param=param)
+
+
+def _unconstrained(model: str) -> ResponseWarning:
+    return ResponseWarning(
+        code="tool_calls_unconstrained", param="tool_choice",
+        message=f"model {model!r} cannot constrain tool calls (its engine has no lazy "
+                "grammar): calls the model writes are parsed, not enforced")
+
+
+def _echo(req: ChatCompletionRequest, space: TokenSpace) -> str:
+    """`echo`: the last message's text, which the response's content starts with (none when
+    the response shows ids only)."""
+    if not req.echo or req.messages[-1].role != "assistant" \
+            or req.response_format_tokens == "only":
+        return ""
+    with conversion_reason("echo"):
+        return message_texts(req.messages[-1:], space)[0]
+
+
 def _tool_deltas(pieces: Sequence[CallPiece]) -> list[DeltaToolCall] | None:
     """OpenAI's stream pieces: a call's first carries its id and name (and `arguments: ""`),
     the next ones pieces of its arguments; pieces of one call in one update are merged."""
@@ -163,16 +195,10 @@ class ChatService(GenerationService):
         constraints = resolve_constraints(req, model.engine.info, model.id)
         spans = message_id_spans(req.messages)
         space = self._space(model, req.tokenizer_version, req.tokenizer_fallback, bool(spans))
-        if space.translate and constraints.parse_tools:
-            raise UnsupportedParameterError(
-                "tool calls cannot be combined with tokenizer_fallback 'translate' (the ids "
-                "of each call piece would be re-encoded)", param="tokenizer_fallback")
+        if space.translate:
+            _check_translatable(req, constraints)
         check_id_range([IdSpan("stop_token_ids", req.stop_token_ids or [])],
                        space.client.tokenizer)
-        if req.stop_token_ids and space.translate:
-            raise UnsupportedParameterError(
-                "stop_token_ids are the model's ids; they cannot be combined with "
-                "tokenizer_fallback 'translate'", param="stop_token_ids")
         warnings = self._guard.check_conversation(req.messages, req.tools or [], space,
                                                   caller.api_key)
         template = model.chat_template()
@@ -190,10 +216,7 @@ class ChatService(GenerationService):
         if check:
             warnings = [*(warnings or []), *drift_warnings(req.messages, space, template)]
         if constraints.unconstrained:
-            warnings = [*(warnings or []), ResponseWarning(
-                code="tool_calls_unconstrained", param="tool_choice",
-                message=f"model {model.id!r} cannot constrain tool calls (its engine has no "
-                        "lazy grammar): calls the model writes are parsed, not enforced")]
+            warnings = [*(warnings or []), _unconstrained(model.id)]
         budget = completion_budget(
             prompt_len=len(prompt), max_model_len=model.max_model_len,
             requested=requested, prompt_param="messages",
@@ -204,17 +227,8 @@ class ChatService(GenerationService):
         extras = vllm_params(req, req.logit_bias, vocab_size=model.tokenizer.vocab_size,
                              budget=budget, cache_salt=req.cache_salt,
                              cache_key=req.prompt_cache_key)
-        if extras.logit_bias and space.translate:
-            raise UnsupportedParameterError(
-                "logit_bias names the model's ids; it cannot be combined with "
-                "tokenizer_fallback 'translate'", param="logit_bias")
-        echo = ""
-        if req.echo and req.messages[-1].role == "assistant" \
-                and req.response_format_tokens != "only":  # "only": no content to start
-            with conversion_reason("echo"):
-                echo = message_texts(req.messages[-1:], space)[0]
         return ChatPlan(req=req, model=model, space=space, conv=conv, constraints=constraints,
-                     budget=budget, prompt=prompt, extras=extras, echo=echo,
+                     budget=budget, prompt=prompt, extras=extras, echo=_echo(req, space),
                      sent_ids=bool(spans), skip_special=bool(req.skip_special_tokens),
                      shows_ids=bool(req.response_format_tokens) or req.return_token_ids,
                      id=f"chatcmpl-{req.request_id or uuid.uuid4().hex}",
