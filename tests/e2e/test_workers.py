@@ -127,7 +127,7 @@ def test_two_workers_share_one_port_one_load_and_one_scrape(two: list[Upstream],
         assert all(r.status_code == 200 for r in answers)
         spent = {p: cpu_ticks(p) - before[p] for p in pids}
         # both workers took requests: each spent a good share of what the two spent
-        assert min(spent.values()) > sum(spent.values()) / 6, spent
+        assert min(spent.values()) > sum(spent.values()) / 10, spent
         # four streams running, each on a connection of its own: every worker's /health
         # counts all four (the box's load, which the router's load guard reads)
         lines = [0] * 4
