@@ -6,6 +6,7 @@ import openai
 import pytest
 
 from tests.conftest import LiveServer
+from tests.upstreams import Upstream, tokenwire_upstream
 
 
 @pytest.fixture(scope="module")
@@ -13,3 +14,13 @@ def client(live_server: LiveServer) -> Iterator[openai.OpenAI]:
     """The official `openai` client on the live server (no retries: a failure shows once)."""
     with openai.OpenAI(base_url=live_server.base_url, api_key="unused", max_retries=0) as c:
         yield c
+
+
+@pytest.fixture(scope="module")
+def two(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Upstream]]:
+    """Two `tokenwire serve` upstreams (the embedded engine) for a module's gateways."""
+    tmp = tmp_path_factory.mktemp("two")
+    ups = [tokenwire_upstream(tmp), tokenwire_upstream(tmp)]
+    yield ups
+    for u in ups:
+        u.stop()

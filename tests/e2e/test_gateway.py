@@ -80,15 +80,6 @@ def wait_for(check: Any, timeout: float = 30) -> None:
 # -- replicas ---------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def two(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Upstream]]:
-    tmp = tmp_path_factory.mktemp("two")
-    ups = [tokenwire_upstream(tmp), tokenwire_upstream(tmp)]
-    yield ups
-    for u in ups:
-        u.stop()
-
-
 def home_of(http: httpx.Client, text: str, n: int) -> int:
     """Which of `n` replicas a fresh gateway sends the chat prompt of `text` to."""
     ids = http.post("/v1/tokenize", json={"model": MODEL, "messages": [

@@ -20,22 +20,13 @@ import httpx
 import pytest
 
 from tests.conftest import _free_port
-from tests.upstreams import Upstream, tokenwire_upstream
+from tests.upstreams import Upstream
 from tokenwire.config import default_model_path
 from tokenwire.engines.routing import PrefixRouter
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
 MODEL = "SmolLM2-135M-Instruct"
-
-
-@pytest.fixture(scope="module")
-def two(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Upstream]]:
-    tmp = tmp_path_factory.mktemp("workers")
-    ups = [tokenwire_upstream(tmp), tokenwire_upstream(tmp)]
-    yield ups
-    for u in ups:
-        u.stop()
 
 
 @contextlib.contextmanager
