@@ -35,7 +35,8 @@ from prometheus_client.registry import Collector
 from .protocol.common import Usage
 from .tokenizers.conversions import conversions
 
-__all__ = ["CONTENT_TYPE", "UNMATCHED", "Metrics", "PromptKind", "TokenClock", "TokenTimer"]
+__all__ = ["CONTENT_TYPE", "SHARED_DIR_ENV", "UNMATCHED", "Metrics", "PromptKind", "TokenClock",
+           "TokenTimer"]
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 """The media type of `Metrics.render()`'s bytes."""
@@ -154,9 +155,13 @@ class _Conversions(Collector):
         yield family
 
 
+SHARED_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
+"""prometheus_client's multiprocess directory (it reads the variable at import)."""
+
+
 def _shared_dir() -> str | None:
     """The multiprocess directory of `--workers`; None: this process alone."""
-    return os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None
+    return os.environ.get(SHARED_DIR_ENV) or None
 
 
 class Metrics:

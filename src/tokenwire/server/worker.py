@@ -32,12 +32,12 @@ from starlette.applications import Starlette
 
 from ..config import Settings
 from ..engines.upstream.board import RUN_DIR_ENV
+from ..metrics import SHARED_DIR_ENV
 
 __all__ = ["SETTINGS_ENV", "app", "supervise"]
 
 SETTINGS_ENV = "TOKENWIRE_WORKER_SETTINGS"
 """The serve command's own settings (JSON), for its workers; the environment carries the rest."""
-METRICS_ENV = "PROMETHEUS_MULTIPROC_DIR"  # prometheus_client reads it at import
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ def supervise(settings: Settings, overrides: dict[str, Any]) -> int:
         return 1
     run_dir = Path(tempfile.mkdtemp(prefix="tokenwire-"))
     (run_dir / "metrics").mkdir()
-    os.environ.update({RUN_DIR_ENV: str(run_dir), METRICS_ENV: str(run_dir / "metrics"),
+    os.environ.update({RUN_DIR_ENV: str(run_dir), SHARED_DIR_ENV: str(run_dir / "metrics"),
                        SETTINGS_ENV: json.dumps(overrides, default=str)})
     config = uvicorn.Config("tokenwire.server.worker:app", factory=True, host=settings.host,
                             port=settings.port, workers=settings.max_workers,
