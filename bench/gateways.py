@@ -40,7 +40,9 @@ from bench.gateway import PROMPT, stream  # noqa: E402
 from tokenwire.config import default_model_path  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-GATEWAYS = ["tokenwire", "smg", "vllm-router"]
+GATEWAYS = ["tokenwire", "smg", "vllm-router", "python floor"]
+"""`python floor`: bench/_floor.py, a bare uvloop relay that only decodes and re-encodes each
+event: what the interpreter and event loop cost per event, under any Python gateway."""
 
 
 def gateway(name: str, upstream: str, tmp: Path, routers: Path, workers: int = 1) -> Server:
@@ -55,6 +57,10 @@ def gateway(name: str, upstream: str, tmp: Path, routers: Path, workers: int = 1
                         TOKENWIRE_LOG_LEVEL="warning", TOKENWIRE_UPSTREAM_WHOLE_ANSWERS="true")
         return Server(f"tokenwire x{workers}" if workers > 1 else name, cmd, port, "/health",
                       tmp / f"{name}-{port}.log", env=env)
+    if name == "python floor":
+        cmd = [sys.executable, str(ROOT / "bench" / "_floor.py"), "--port", str(port),
+               "--upstream", upstream.removeprefix("http://")]
+        return Server(name, cmd, port, "/v1/models", tmp / f"floor-{port}.log")
     # HTTP mode: both relay OpenAI requests to the worker as they are (no tokenizing)
     cmd = [str(routers / name), "--host", "127.0.0.1", "--port", str(port), "--worker-urls",
            upstream, "--prometheus-port", str(free_port()), "--policy", "round_robin"]
@@ -228,13 +234,14 @@ def figure(results: dict[str, Any], path: Path) -> None:
         rates = [statistics.median(r["tokens_per_s"] for r in per[n]) / 1000 for n in names]
         bars = relay_ax.bar(range(len(names)), rates,
                             color=["C0" if n.startswith("tokenwire") else "C7" if n == "direct"
-                                   else "C1" if n == "smg" else "C2" for n in names])
+                                   else "C1" if n == "smg" else "C2" if n == "vllm-router"
+                                   else "C3" for n in names])
         relay_ax.bar_label(bars, labels=[f"{r:.1f}k" for r in rates], fontsize=7, padding=2)
-        relay_ax.set_xticks(range(len(names)), [n.replace("direct", "stub direct")
-                                                for n in names], fontsize=8)
+        relay_ax.set_xticks(range(len(names)), [n.replace("direct", "stub direct").replace(
+            " ", "\n") for n in names], fontsize=8)
         relay_ax.set_title(f"relay ceiling: {w} from a stub", fontsize=9)
     relay_ax.set_ylabel("thousand tokens/s relayed (higher is better)", fontsize=8)
-    fig.suptitle("tokenwire, smg and vllm-router on this machine's 2 cores "
+    fig.suptitle("tokenwire, smg, vllm-router and a bare Python relay on this machine's 2 cores "
                  "(bench/gateways.py)", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=130)
