@@ -27,7 +27,7 @@ def test_every_code_of_api_md_exists() -> None:
         assert code in codes
 
 
-INTERNAL = {"UpstreamStatusError", "GrammarError", "LoraError"}
+INTERNAL = {"UpstreamStatusError", "GuideError", "LoraError"}
 """Signals caught and translated inside their own module (never raised out of it)."""
 
 

@@ -588,16 +588,21 @@ async def test_replicas_must_serve_the_same_model(tok, gguf_info, model_path) ->
 
 
 async def test_grammars_go_upstream_in_each_protocols_fields(tok, gguf_info, model_path) -> None:  # type: ignore[no-untyped-def]
-    """vLLM: `structured_outputs.grammar` / `.structural_tag` (StructuredOutputsParams),
-    SGLang: `ebnf` / `structural_tag`, llama-server: `grammar` with `grammar_lazy` and
-    `grammar_triggers` (server-task.cpp)."""
-    from tokenwire.serving.grammar import tool_call_grammar
+    """Each upstream gets the request's constraint in its own terms, for its own grammar
+    backend to enforce. vLLM: `structured_outputs.json` / `.structural_tag`
+    (StructuredOutputsParams; xgrammar's `format` shape for calls from the first token, the
+    legacy shape for lazy ones),
+    SGLang: `json_schema` / `structural_tag`, llama-server: `json_schema`, and tool calls as
+    `grammar` with `grammar_lazy` and `grammar_triggers` (server-task.cpp)."""
+    from tokenwire.engines.upstream.gbnf import tags_gbnf
+    from tokenwire.engines.upstream.grammar import structural_tag
+    from tokenwire.serving import structured
 
     schema = {"type": "object", "properties": {"city": {"type": "string"}}}
-    eager = tool_call_grammar([("f", schema, "p")], parallel=False, lazy=False,
-                              open_tag="<tool_call>", close_tag="</tool_call>")
-    lazy = tool_call_grammar([("f", schema, "p")], parallel=True, lazy=True,
-                             open_tag="<tool_call>", close_tag="</tool_call>")
+    doc = structured.schema({"type": "object", "properties": {
+        "age": {"type": "integer", "minimum": 0}}}, "response_format.json_schema.schema")
+    eager = structured.tool_calls([("f", schema, "p")], parallel=False, lazy=False)
+    lazy = structured.tool_calls([("f", schema, "p")], parallel=True, lazy=True)
     tag = {"type": "structural_tag", "triggers": ["<tool_call>"], "structures": [{
         "begin": '<tool_call>\n{"name": "f", "arguments": ', "schema": schema,
         "end": "}\n</tool_call>"}]}
@@ -605,27 +610,35 @@ async def test_grammars_go_upstream_in_each_protocols_fields(tok, gguf_info, mod
     up = Upstream(tok, vllm_routes(lambda r: sse(final)))
     async with engine("vllm", up, gguf_info, model_path) as eng:
         assert eng.info.supports_grammar and eng.info.supports_lazy_grammar
-        await run(eng, [1, 2], grammar=eager)
-        await run(eng, [1, 2], grammar=lazy)
-        first, second = up.generation_bodies("/inference/v1/generate")
+        for g in (doc, eager, lazy):
+            await run(eng, [1, 2], grammar=g)
+        first, second, third = up.generation_bodies("/inference/v1/generate")
         assert set(first["sampling_params"]) <= VLLM_SAMPLING_FIELDS
-        assert first["sampling_params"]["structured_outputs"] == {"grammar": eager.gbnf}
-        so = second["sampling_params"]["structured_outputs"]
+        assert first["sampling_params"]["structured_outputs"] == {
+            "json": json.loads(doc.json_schema or "")}
+        assert second["sampling_params"]["structured_outputs"] == {
+            "structural_tag": structural_tag(eager)}
+        so = third["sampling_params"]["structured_outputs"]
         assert set(so) == {"structural_tag"} and json.loads(so["structural_tag"]) == tag
     chunk = shape("sglang", "generate_stream_chunk_cumulative_final")
     up = Upstream(tok, sglang_routes(lambda r: sse(chunk)))
     async with engine("sglang", up, gguf_info, model_path) as eng:
-        await run(eng, [1, 2], grammar=eager)
-        await run(eng, [1, 2], grammar=lazy)
-        first, second = up.generation_bodies("/generate")
+        for g in (doc, eager, lazy):
+            await run(eng, [1, 2], grammar=g)
+        first, second, third = up.generation_bodies("/generate")
         assert set(first["sampling_params"]) <= SGLANG_SAMPLING_FIELDS
-        assert first["sampling_params"]["ebnf"] == eager.gbnf
-        assert json.loads(second["sampling_params"]["structural_tag"]) == tag
+        assert json.loads(first["sampling_params"]["json_schema"]) == json.loads(
+            doc.json_schema or "")
+        assert second["sampling_params"]["structural_tag"] == structural_tag(eager)
+        assert json.loads(third["sampling_params"]["structural_tag"]) == tag
     up = Upstream(tok, llama_routes(lambda r: captured("completion_stream_eos_return_tokens")))
     async with engine("llama-server", up, gguf_info, model_path) as eng:
+        await run(eng, [1, 2], grammar=doc)
         await run(eng, [1, 2], grammar=lazy)
-        [sent] = up.generation_bodies("/completion")
-        assert sent["grammar"] == lazy.gbnf and sent["grammar_lazy"] is True
+        first, sent = up.generation_bodies("/completion")
+        assert first["json_schema"] == json.loads(doc.json_schema or "")
+        assert "grammar" not in first
+        assert sent["grammar"] == tags_gbnf(lazy) and sent["grammar_lazy"] is True
         assert sent["grammar_triggers"] == [{"type": 1, "value": "<tool_call>"}]
         assert sent["preserved_tokens"] == ["<tool_call>"]
 

@@ -244,10 +244,10 @@ async def test_structured_output(client: httpx.AsyncClient, fake_engine: FakeEng
     assert r.status_code == 200
     assert fake_engine.params[-1].grammar is not None
     assert r.json()["text"]["format"]["schema"] == schema
-    bad = {"type": "object", "properties": {"age": {"type": "integer", "minimum": 0}}}
+    bad = {"type": "object", "description": "x" * 300_000}  # past what compiles at admission
     r = await post(client, req(text={"format": {"type": "json_schema", "name": "p",
                                                  "schema": bad}}))
-    assert error(r) == ("unsupported_parameter", "text.format.schema.properties.age.minimum")
+    assert error(r) == ("unsupported_parameter", "text.format.schema")
 
 
 @pytest.fixture

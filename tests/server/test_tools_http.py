@@ -92,7 +92,8 @@ async def test_tool_choice_none_parses_nothing_and_required_is_eager(
     assert choice["finish_reason"] == "stop"  # a named choice: OpenAI's "stop"
     grammar = fake_engine.params[-1].grammar
     assert grammar is not None and not grammar.lazy
-    assert "get_weather" in grammar.gbnf
+    assert [json.loads(t.begin.split("\n", 1)[1] + "{}}")["name"] for t in grammar.tags] == [
+        "get_weather"]
 
 
 async def test_history_with_calls_renders_in_the_tool_format(

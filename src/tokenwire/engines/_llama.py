@@ -10,18 +10,14 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
-import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import cast
 
 import llama_cpp as L
 import numpy as np
 
-from .base import Grammar
-
-__all__ = ["Batch", "GrammarError", "LlamaModel", "LoraError", "Sampler", "check_grammar",
-           "default_threads", "log_softmax", "silence_logs", "vocab_eog_ids"]
+__all__ = ["Batch", "LlamaModel", "LoraError", "Sampler", "default_threads", "log_softmax",
+           "silence_logs", "vocab_eog_ids"]
 
 _LOG_CB = None
 
@@ -180,12 +176,15 @@ class LlamaModel:
         """log_softmax of the raw logits of the batch entry `index`."""
         return log_softmax(self.logits(index))
 
-    def ban(self, index: int, ids: Iterable[int]) -> None:
-        """Make `ids` unsampleable at batch entry `index` (their raw logits set to -inf: read
-        `logprobs` first)."""
+    def raw(self, index: int) -> np.ndarray:
+        """The raw logits of the batch entry `index`, in place (float32, writable: what is
+        written here is what the sampler chain reads; read `logprobs` first)."""
         ptr = L.llama_get_logits_ith(self.ctx, index)
-        logits = np.ctypeslib.as_array(ptr, shape=(self.n_vocab,))
-        logits[list(ids)] = -np.inf
+        return np.ctypeslib.as_array(ptr, shape=(self.n_vocab,))
+
+    def ban(self, index: int, ids: Iterable[int]) -> None:
+        """Make `ids` unsampleable at batch entry `index` (their raw logits set to -inf)."""
+        self.raw(index)[list(ids)] = -np.inf
 
     def close(self) -> None:
         if self.ctx:
@@ -290,54 +289,23 @@ _TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float3
 """llama.cpp's `llama_token_data`, as numpy lays it out (12 bytes, no padding)."""
 
 
-class GrammarError(ValueError):
-    """llama.cpp could not parse a grammar."""
-
-
 class LoraError(ValueError):
     """llama.cpp could not load or set a LoRA adapter."""
 
 
-def _grammar_sampler(vocab: L.llama_vocab_p, grammar: Grammar) -> L.llama_sampler_p:
-    gbnf = grammar.gbnf.encode()
-    if not grammar.lazy:
-        ptr = L.llama_sampler_init_grammar(vocab, gbnf, b"root")
-    else:
-        # llama.cpp's own rule for trigger words (common/sampling.cpp): free text up to the
-        # first word, then the grammar from where the captured word starts
-        words = "|".join(re.escape(w) for w in grammar.triggers)
-        patterns = (ctypes.c_char_p * 1)(f"^[\\s\\S]*?({words})[\\s\\S]*".encode())
-        ptr = L.llama_sampler_init_grammar_lazy_patterns(vocab, gbnf, b"root", patterns, 1,
-                                                         None, 0)
-    if not ptr:
-        raise GrammarError("llama.cpp could not parse the grammar")
-    return cast("L.llama_sampler_p", ptr)
-
-
-def check_grammar(model: LlamaModel, grammar: Grammar) -> None:
-    """Raise `GrammarError` unless llama.cpp parses `grammar` (it only reads the vocabulary,
-    so any thread may call this)."""
-    L.llama_sampler_free(_grammar_sampler(model.vocab, grammar))
-
-
 class Sampler:
-    """A C-side `llama_sampler` chain in vLLM's order (vllm/v1/sample/sampler.py): grammar ->
-    logit bias -> penalties -> temperature -> min-p -> top-k -> top-p -> draw (or greedy)."""
+    """A C-side `llama_sampler` chain in vLLM's order (vllm/v1/sample/sampler.py): logit bias
+    -> penalties -> temperature -> min-p -> top-k -> top-p -> draw (or greedy); a grammar's
+    mask is written into the raw logits before it (_guide.py)."""
 
     def __init__(self, model: LlamaModel, *, temperature: float, top_p: float, seed: int,
                  presence_penalty: float, frequency_penalty: float, window: int,
-                 grammar: Grammar | None = None, top_k: int = 0, min_p: float = 0.0,
+                 top_k: int = 0, min_p: float = 0.0,
                  repetition_penalty: float = 1.0, prompt: Sequence[int] = (),
                  logit_bias: Sequence[tuple[int, float]] = ()):
         n_vocab = model.n_vocab
         self._candidates: np.ndarray | None = None
         self.ptr = L.llama_sampler_chain_init(L.llama_sampler_chain_default_params())
-        if grammar is not None:
-            try:
-                L.llama_sampler_chain_add(self.ptr, _grammar_sampler(model.vocab, grammar))
-            except GrammarError:
-                self.free()
-                raise
         add = functools.partial(L.llama_sampler_chain_add, self.ptr)
         if logit_bias:
             biases = (L.llama_logit_bias * len(logit_bias))(
@@ -376,8 +344,8 @@ class Sampler:
     def sample_processed(self, model: LlamaModel, index: int) -> tuple[int, np.ndarray]:
         """`sample`, done as llama.cpp's `llama_sampler_sample` does it (apply the chain to
         the candidates, take the one it selected, accept it), keeping what the chain left of
-        the logits: after grammar, bias, penalties, temperature, min-p, top-k and top-p, -inf
-        for every id it truncated (vLLM's processed logits)."""
+        the logits: after the grammar's mask, bias, penalties, temperature, min-p, top-k and
+        top-p, -inf for every id it truncated (vLLM's processed logits)."""
         n = model.n_vocab
         if self._candidates is None:
             self._candidates = np.zeros(n, dtype=_TOKEN_DATA)

@@ -61,25 +61,31 @@ class StructuralTag:
     begin: str
     schema: str
     end: str
+    param: str = ""
+    """The request field the schema came from (named when it cannot be enforced)."""
 
 
 @dataclass(frozen=True)
 class Grammar:
-    """A GBNF grammar the output must follow (llama.cpp's syntax, which llama-server, vLLM's
-    xgrammar backend and SGLang's `ebnf` read too)."""
+    """What a constrained output must follow, in the request's own terms (exactly one of a JSON
+    schema, a client's GBNF, or tagged spans); each engine spells it for its grammar library:
+    the embedded engine compiles it with llguidance (_guide.py), an upstream is sent the
+    schema, grammar or structural tag itself, so that its own grammar backend enforces it."""
 
-    gbnf: str
-    triggers: tuple[str, ...] = ()
-    """Lazy: the output is free until one of these words appears; from that word on (the word
-    included) it follows the grammar. Empty: the grammar holds from the first token."""
-    tags: tuple[StructuralTag, ...] = ()
-    """A lazy grammar as structural tags, for engines that take those instead of a lazy GBNF
-    (vLLM, SGLang): each trigger is a prefix of the tags' `begin`."""
-    param: str = "grammar"
-    """The request field it was built from (named when an engine cannot parse it)."""
     json_schema: str | None = None
-    """The JSON schema (JSON text) the grammar was made from, if it was: engines with a schema
-    compiler of their own (vLLM's xgrammar) take the schema rather than our GBNF."""
+    """The output is one JSON value valid against this schema (JSON text); json_object mode is
+    `{"type": "object"}`."""
+    gbnf: str | None = None
+    """A client's own grammar, in llama.cpp's GBNF (vLLM's `structured_outputs.grammar`)."""
+    tags: tuple[StructuralTag, ...] = ()
+    """Tagged spans (tool calls): each `begin`, a JSON value valid against its schema, `end`."""
+    triggers: tuple[str, ...] = ()
+    """Lazy (tags only): the output is free until one of these words appears; from that word on
+    (the word included) it is tagged spans. Empty: the spans hold from the first token."""
+    parallel: bool = False
+    """Tags: one or more spans, a newline apart (else exactly one)."""
+    param: str = "grammar"
+    """The request field it was built from (named when it cannot be enforced)."""
 
     @property
     def lazy(self) -> bool:

@@ -12,7 +12,9 @@ against that server built from them (docs/engines.md). Its conventions, translat
 - `n_probs` gives raw (pre-sampling) logprobs with ids, one entry per chunk;
 - `timings_per_token` puts `timings.cache_n` (prompt tokens its slot cache served) on the first
   chunk: the finish event's `cached_tokens`;
-- a grammar goes as `grammar` (GBNF), a lazy one with `grammar_lazy` and `grammar_triggers`
+- a JSON schema goes as `json_schema` (llama-server converts it; what its converter would drop
+  is refused by name first), a client's grammar as `grammar` (GBNF), tool calls as GBNF
+  (upstream/gbnf.py), a lazy one with `grammar_lazy` and `grammar_triggers`
   (`{"type": 1, "value": word}`, type 1 being COMMON_GRAMMAR_TRIGGER_TYPE_WORD);
 - fields whose llama-server meaning differs are refused by name: penalties (it counts the
   prompt too; OpenAI's count the output only), `ignore_eos` (it bans EOG ids instead of
@@ -28,6 +30,7 @@ still reuse (one-way isolation, docs/engines.md).
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -41,6 +44,8 @@ from .upstream import (
     UpstreamStatusError,
     upstream_error,
 )
+from .upstream.gbnf import tags_gbnf
+from .upstream.grammar import check_schema, llama_server_drops
 
 __all__ = ["LlamaServerEngine"]
 
@@ -160,8 +165,11 @@ class LlamaServerEngine(UpstreamEngine):
         if params.logprobs is not None:
             body["n_probs"] = max(1, params.logprobs)  # 0 would send no logprob at all
         g = params.grammar
-        if g is not None:
-            body["grammar"] = g.gbnf
+        if g is not None and g.json_schema is not None:
+            check_schema(g, llama_server_drops)
+            body["json_schema"] = json.loads(g.json_schema)
+        elif g is not None:
+            body["grammar"] = g.gbnf if g.gbnf is not None else tags_gbnf(g)
             if g.lazy:
                 # type 1: a trigger word (the grammar holds from the word on, word included);
                 # a word that is one token must also be a preserved token

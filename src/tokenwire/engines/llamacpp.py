@@ -33,17 +33,17 @@ from ..errors import (
     InvalidRequestError,
     RateLimitError,
     ServiceUnavailableError,
+    UnsupportedParameterError,
 )
 from ..tokenizers.hf import HFTokenizer
 from ..tokenizers.probe import TokenizerParityError, first_mismatch
 from ._control import PauseMode, answer, content_version
+from ._guide import Guide, GuideError, Guides
 from ._llama import (
     Batch,
-    GrammarError,
     LlamaModel,
     LoraError,
     Sampler,
-    check_grammar,
     log_softmax,
 )
 from ._slots import MIN_COPY, Slots, common_prefix
@@ -55,6 +55,7 @@ from .base import (
     EngineHealth,
     EngineInfo,
     FinishEvent,
+    Grammar,
     PromptLogprobsEvent,
     SamplingParams,
     TokenEvent,
@@ -81,6 +82,8 @@ class _Seq:
     n_out: int = 0
     last: int = -1  # the sampled token still to be fed
     sampler: Sampler | None = None
+    guide: Guide | None = None
+    """Its grammar's walk (a constrained sequence): the mask before each draw."""
     stops: frozenset[int] = frozenset()
     cancelled: bool = False
     done: bool = False
@@ -221,8 +224,10 @@ class LlamaCppEngine:
         """The weight version label every sampled token is stamped with."""
         self._base_version = ""
         self._model_lock = threading.Lock()
-        """Held while another thread reads the model's vocabulary (grammar checks) and while
+        """Held while another thread reads the model's vocabulary (grammar compiles) and while
         the worker replaces the model."""
+        self._guides: Guides | None = None
+        """The model's grammar compiler (replaced with the model, under `_model_lock`)."""
         self.on_step: Callable[[int], None] | None = None
         """Called from the worker thread after each decode with its batch size in tokens
         (metrics); it must be quick and must not raise."""
@@ -234,6 +239,7 @@ class LlamaCppEngine:
         if self._llama is not None:
             return
         self._llama = self._new_model(self._path)
+        self._guides = self._new_guides(self._llama)
         self._version = self._base_version = content_version(self._path)
         self._info = EngineInfo(
             model=self._model_id,
@@ -244,6 +250,22 @@ class LlamaCppEngine:
             logprobs_mode=self._logprobs_mode,
             sampling_mask=self._sampling_mask,
         )
+
+    @staticmethod
+    def _new_guides(llama: LlamaModel) -> Guides:
+        return Guides(llama.vocab, llama.n_vocab, sorted(llama.eog_ids()))
+
+    def _compile(self, grammar: Grammar) -> None:
+        """Compile (or find compiled) a request's grammar: a 400 naming the field if it cannot
+        be enforced."""
+        try:
+            with self._model_lock:
+                assert self._guides is not None
+                self._guides.compile(grammar)
+        except GuideError as exc:
+            raise (UnsupportedParameterError(str(exc), param=exc.param) if exc.unsupported
+                   else InvalidRequestError(str(exc), param=exc.param,
+                                            code="invalid_grammar")) from exc
 
     def _new_model(self, path: Path) -> LlamaModel:
         return LlamaModel(path, n_seq=self._n_parallel, max_len=self._want_len,
@@ -316,14 +338,8 @@ class LlamaCppEngine:
     async def submit(self, prompt: Sequence[int], params: SamplingParams) -> _EventStream:
         """Admit a sequence now (raising if the engine is down or its queue is full)."""
         check_prompt(prompt, self.info)
-        if params.grammar is not None:
-            try:
-                with self._model_lock:
-                    check_grammar(self.llama, params.grammar)
-            except GrammarError as exc:
-                raise InvalidRequestError(f"{exc} (llama.cpp logs the reason)",
-                                          param=params.grammar.param,
-                                          code="invalid_grammar") from exc
+        if params.grammar is not None:  # off the loop: the first builds the vocabulary's index
+            await asyncio.to_thread(self._compile, params.grammar)
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[EngineEvent | BaseException] = asyncio.Queue()
         seq = _Seq(prompt=list(prompt), params=params, emit=lambda ev: None)
@@ -509,14 +525,16 @@ class LlamaCppEngine:
                 presence_penalty=p.presence_penalty,
                 frequency_penalty=p.frequency_penalty,
                 window=p.max_tokens,
-                grammar=p.grammar,
                 top_k=p.top_k,
                 min_p=p.min_p,
                 repetition_penalty=p.repetition_penalty,
                 prompt=seq.prompt,
                 logit_bias=p.logit_bias,
             )
-        except GrammarError as exc:  # serving builds the grammars: a bug, not the client's
+            if p.grammar is not None:  # compiled at admission: found in the cache
+                assert self._guides is not None
+                seq.guide = self._guides.start(p.grammar)
+        except GuideError as exc:  # it compiled at submit: a bug, not the client's
             self._release(seq, keep=False)
             seq.emit(_failed(str(exc), exc))
             return
@@ -625,6 +643,8 @@ class LlamaCppEngine:
                 else llama.logits(seq.batch_index)
         if seq.n_out < seq.params.min_tokens:
             llama.ban(seq.batch_index, seq.stops)  # after the raw logprobs were read
+        if seq.guide is not None:
+            seq.guide.mask(llama.raw(seq.batch_index))  # likewise
         mask = None
         if self._sampling_mask or (k is not None and mode.startswith("processed")):
             token, processed = seq.sampler.sample_processed(llama, seq.batch_index)
@@ -634,6 +654,8 @@ class LlamaCppEngine:
                 mask = tuple(np.flatnonzero(np.isfinite(processed)).tolist())
         else:
             token = seq.sampler.sample(llama, seq.batch_index)
+        if seq.guide is not None:
+            seq.guide.accept(token)
         ev = TokenEvent(token) if lp is None else _scored(lp, token, k or 0)
         if mask is not None:
             ev = replace(ev, sampling_mask=mask)
@@ -770,6 +792,7 @@ class LlamaCppEngine:
                     "version would no longer describe it", param="weights_path")
             with self._model_lock:
                 old, self._llama = self._llama, fresh
+                self._guides = self._new_guides(fresh)
             assert old is not None
             old.close()
             with self._cv:

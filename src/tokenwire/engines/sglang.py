@@ -46,7 +46,8 @@ from .base import (
     TokenEvent,
     WeightSpan,
 )
-from .upstream import ChunkDecoder, Replica, UpstreamEngine, UpstreamInfo, structural_tag
+from .upstream import ChunkDecoder, Replica, UpstreamEngine, UpstreamInfo
+from .upstream.grammar import check_schema, structural_tag, xgrammar_drops
 
 __all__ = ["SGLangEngine"]
 
@@ -273,10 +274,14 @@ class SGLangEngine(UpstreamEngine):
                     "--enable-deterministic-inference)", param="seed")
             sampling["sampling_seed"] = params.seed
         g = params.grammar
-        if g is not None and g.lazy:
-            sampling["structural_tag"] = structural_tag(g)
-        elif g is not None:
-            sampling["ebnf"] = g.gbnf  # xgrammar's EBNF reads GBNF
+        if g is not None:  # in SGLang's terms, for xgrammar (which drops some keywords)
+            check_schema(g, xgrammar_drops)
+            if g.json_schema is not None:
+                sampling["json_schema"] = g.json_schema
+            elif g.gbnf is not None:
+                sampling["ebnf"] = g.gbnf  # xgrammar's EBNF reads GBNF
+            else:
+                sampling["structural_tag"] = structural_tag(g)
         body: dict[str, Any] = {"input_ids": list(prompt), "sampling_params": sampling,
                                 "stream": params.prompt_logprobs is None}
         if params.cache_salt is not None:

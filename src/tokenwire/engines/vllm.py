@@ -226,12 +226,12 @@ class VllmEngine(UpstreamEngine):
             sampling["prompt_logprobs"] = params.prompt_logprobs
         g = params.grammar
         if g is not None:
-            # StructuredOutputsParams: `grammar` (xgrammar reads a text holding "::=" as GBNF),
-            # a lazy one as `structural_tag`
-            # (a schema goes as itself: xgrammar compiles it, and reads no empty alternative)
-            sampling["structured_outputs"] = {"structural_tag": structural_tag(g)} if g.lazy \
-                else {"json": json.loads(g.json_schema)} if g.json_schema is not None \
-                else {"grammar": g.gbnf}
+            # StructuredOutputsParams in its own terms: vLLM's backend (xgrammar, or llguidance
+            # for what xgrammar lacks) enforces the schema or refuses it with a 400
+            sampling["structured_outputs"] = \
+                {"json": json.loads(g.json_schema)} if g.json_schema is not None \
+                else {"grammar": g.gbnf} if g.gbnf is not None \
+                else {"structural_tag": structural_tag(g)}
         stream = params.prompt_logprobs is None and not params.whole
         if replica.info.mode == GENERATE:
             body: dict[str, Any] = {"token_ids": list(prompt),

@@ -7,6 +7,7 @@ then returns the iterator of chunks, so every error it can raise happens before 
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass
@@ -14,6 +15,7 @@ from typing import Any
 
 from ..config import Settings
 from ..engines.base import TokenEvent
+from ..engines.upstream.grammar import structural_tag
 from ..errors import InvalidRequestError, UnsupportedParameterError
 from ..protocol.chat import (
     ChatChoice,
@@ -31,7 +33,6 @@ from ..protocol.tools import DeltaFunction, DeltaToolCall, ResponseFunction, Res
 from ..storage import StoredCompletion
 from ..tokenizers.conversions import Reason, conversion_reason
 from .checks import check_generation_request
-from .constraints import Constraints, resolve_constraints
 from .documents import DocumentService
 from .generation import (
     ChoiceResult,
@@ -67,6 +68,7 @@ from .sampling import (
     vllm_params,
 )
 from .stored import StoredCompletions
+from .structured import Constraints, resolve_constraints
 from .tokens import IdSpan, TokenSpace, check_id_range
 from .toolformat import HERMES
 from .toolparser import CallPiece, ParsedDelta, ToolCallParser
@@ -295,8 +297,10 @@ class ChatService(GenerationService):
             if value != neutral:
                 sp[key] = value
         grammar = plan.constraints.grammar
-        if grammar is not None and not grammar.lazy:
-            sp["structured_outputs"] = {"grammar": grammar.gbnf}
+        if grammar is not None and not grammar.lazy:  # as vLLM reads it
+            sp["structured_outputs"] = {"json": json.loads(grammar.json_schema)} \
+                if grammar.json_schema is not None \
+                else {"structural_tag": structural_tag(grammar)}
         return RenderResponse(
             request_id=plan.id, token_ids=plan.prompt, model=plan.model.id,
             sampling_params=sp, stream=req.stream,

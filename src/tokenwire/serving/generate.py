@@ -16,7 +16,7 @@ import uuid
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
 
-from ..engines.base import Grammar, StructuralTag, TokenEvent, WeightSpan
+from ..engines.base import Grammar, TokenEvent, WeightSpan
 from ..errors import (
     InvalidRequestError,
     UnsupportedParameterError,
@@ -32,8 +32,8 @@ from ..protocol.generate import (
     GenerateStreamResponse,
     StructuredOutputs,
 )
+from . import structured
 from .generation import ChoiceUpdate, RunningUsage, migration_warnings, run_choices, wire_spans
-from .grammar import json_grammar, schema_grammar, tags_grammar
 from .logprobs import MISSING_LOGPROB, prompt_logprob_rows
 from .models import ServedModel
 from .plan import (
@@ -90,7 +90,7 @@ def _grammar(so: StructuredOutputs | None, model: ServedModel) -> Grammar | None
             f"model {model.id!r} cannot constrain its output (no grammar support)",
             param=param)
     if so.grammar is not None:
-        return Grammar(so.grammar, param=f"{param}.grammar")
+        return Grammar(gbnf=so.grammar, param=f"{param}.grammar")
     if so.structural_tag is not None:
         if not model.engine.info.supports_lazy_grammar:
             raise UnsupportedParameterError(
@@ -98,7 +98,7 @@ def _grammar(so: StructuredOutputs | None, model: ServedModel) -> Grammar | None
                 param=f"{param}.structural_tag")
         return _structural_tag(so.structural_tag, f"{param}.structural_tag")
     if so.json_object:
-        return json_grammar()
+        return structured.json_object(f"{param}.json_object")
     schema = so.json_
     if isinstance(schema, str):
         try:
@@ -106,38 +106,16 @@ def _grammar(so: StructuredOutputs | None, model: ServedModel) -> Grammar | None
         except json.JSONDecodeError as exc:
             raise InvalidRequestError(f"json is not a JSON schema: {exc}",
                                       param=f"{param}.json", code="invalid_value") from exc
-    return schema_grammar(schema, f"{param}.json")
+    return structured.schema(schema, f"{param}.json")
 
 
 def _structural_tag(text: str, param: str) -> Grammar:
-    """vLLM's legacy structural tag: free text until a trigger, then one of the structures
-    (tokenwire's grammar then allows only further structures, a newline apart; docs/api.md)."""
     try:
         tag = json.loads(text)
     except json.JSONDecodeError as exc:
         raise InvalidRequestError(f"structural_tag is not JSON: {exc}", param=param,
                                   code="invalid_value") from exc
-    if not isinstance(tag, dict) or "format" in tag:
-        raise UnsupportedParameterError(
-            "only the structural tag shape {type, structures, triggers} is supported",
-            param=param)
-    structures, triggers = tag.get("structures"), tag.get("triggers")
-    if not isinstance(structures, list) or not structures or not all(
-            isinstance(s, dict) and isinstance(s.get("begin"), str)
-            and isinstance(s.get("end"), str) for s in structures) \
-            or not isinstance(triggers, list) or not triggers \
-            or not all(isinstance(t, str) and t for t in triggers):
-        raise InvalidRequestError(
-            "structural_tag needs structures [{begin, schema, end}] and triggers [strings]",
-            param=param, code="invalid_value")
-    tags = [(StructuralTag(s["begin"], json.dumps(s.get("schema", {})), s["end"]),
-             f"{param}.structures[{i}].schema") for i, s in enumerate(structures)]
-    for i, (t, _) in enumerate(tags):
-        if not any(t.begin.startswith(w) for w in triggers):
-            raise InvalidRequestError("each structure's begin must start with a trigger",
-                                      param=f"{param}.structures[{i}].begin",
-                                      code="invalid_value")
-    return tags_grammar(tags, parallel=True, param=param, triggers=tuple(triggers))
+    return structured.from_structural_tag(tag, param)
 
 
 @dataclass(kw_only=True)

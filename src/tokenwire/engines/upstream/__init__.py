@@ -28,7 +28,9 @@ One job a module:
   stream.py     `ChunkDecoder`, and reading one response into engine events
   transport.py  the aiohttp session and the helper requests (why aiohttp: its docstring)
   errors.py     `upstream_error`: an upstream's error body in our tree
-  grammar.py    `structural_tag`: a lazy grammar as vLLM and SGLang spell it
+  grammar.py    grammars in the upstreams' terms: `structural_tag` (vLLM, SGLang), and the
+                schema keywords a backend would drop, refused by name
+  gbnf.py       tool calls as GBNF, for llama-server
 """
 
 from .engine import UpstreamEngine

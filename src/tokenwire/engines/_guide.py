@@ -1,0 +1,212 @@
+"""Structured output on the embedded engine: a request's `Grammar` compiled by llguidance into
+a token mask, one step at a time.
+
+llguidance (a grammar backend of vLLM and SGLang) compiles JSON schemas, Lark grammars and GBNF
+against the model's own vocabulary; each step it fills a bitmask of the ids that keep the output
+inside the grammar, and the engine writes -inf over the rest of the raw logits before its
+sampler chain runs (raw logprobs are read first, as vLLM reads them). Compiling happens at
+admission: what llguidance cannot enforce is a 400 naming the field (and, for a schema keyword,
+where it is), never a stuck engine. Compiled grammars are kept per model by their text, so a
+schema repeated across a rollout's requests compiles once; each sequence walks its own copy.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import warnings
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Any
+
+import llguidance
+import llguidance.llamacpp
+import llguidance.numpy
+import numpy as np
+from llguidance.gbnf_to_lark import GbnfToLarkError, gbnf_to_lark
+
+from .base import Grammar, StructuralTag
+
+__all__ = ["Guide", "GuideError", "Guides", "lark_of"]
+
+WHITESPACE = r"( |\n[ \t]{0,20})?"
+"""Whitespace a JSON value may hold between its tokens: llama.cpp's rule (one space, or a
+newline and an indent). Bounded: an unbounded run lets a sampled model pad forever."""
+_CACHED = 256
+"""Compiled grammars kept per model (least recently used out)."""
+_UNIMPLEMENTED = re.compile(r'Unimplemented keys: \[(.*?)\]')
+
+
+class GuideError(ValueError):
+    """llguidance cannot compile a grammar; `param` names where (the field, or a schema's
+    keyword under it); `unsupported`: valid, but beyond what llguidance enforces."""
+
+    def __init__(self, message: str, param: str, *, unsupported: bool = False):
+        super().__init__(message)
+        self.param = param
+        self.unsupported = unsupported
+
+
+def _schema(text: str) -> Any:
+    """A schema with our whitespace rule (the schema's own `x-guidance` options win)."""
+    schema = json.loads(text)
+    if schema is True:
+        schema = {}
+    if not isinstance(schema, dict):
+        return schema  # llguidance names what is wrong
+    return {**schema, "x-guidance": {"whitespace_pattern": WHITESPACE,
+                                     **schema.get("x-guidance", {})}}
+
+
+def _literal(text: str) -> str:
+    return json.dumps(text, ensure_ascii=False)
+
+
+def _tag(tag: StructuralTag, skip: int = 0) -> str:
+    """`begin` (less its first `skip` characters), a JSON value valid against the schema,
+    `end`."""
+    body = json.dumps(_schema(tag.schema), ensure_ascii=False)
+    begin = tag.begin[skip:]
+    return f"{_literal(begin) + ' ' if begin else ''}%json {body} {_literal(tag.end)}"
+
+
+def lark_of(grammar: Grammar) -> str:
+    """The grammar in llguidance's Lark: a JSON schema's value, the client's GBNF, or tagged
+    spans (tool calls): exactly one (`parallel`: one or more, a newline apart); lazy
+    (`triggers`): free text until a trigger, the spans from the trigger on, nothing after."""
+    if grammar.json_schema is not None:
+        return f"start: %json {json.dumps(_schema(grammar.json_schema), ensure_ascii=False)}\n"
+    if grammar.gbnf is not None:
+        try:
+            return str(gbnf_to_lark(grammar.gbnf))
+        except GbnfToLarkError as exc:
+            raise GuideError(f"the grammar does not parse: {exc}", grammar.param) from exc
+    tags = grammar.tags
+    lines = [f"tag_{i}: {_tag(t)}" for i, t in enumerate(tags)]
+    lines.append("tagged: " + " | ".join(f"tag_{i}" for i in range(len(tags))))
+    more = ' ("\\n" tagged)*' if grammar.parallel else ""
+    if not grammar.triggers:
+        lines.insert(0, f"start: tagged{more}")
+        return "\n".join(lines) + "\n"
+    # lazy: a lazy lexeme ends at the first trigger in the text; what follows is the rest
+    # of a tag that begins with that trigger
+    firsts = []
+    for k, word in enumerate(grammar.triggers):
+        rests = [f"rest_{k}_{i}" for i, t in enumerate(tags) if t.begin.startswith(word)]
+        lines += [f"rest_{k}_{i}: {_tag(t, len(word))}" for i, t in enumerate(tags)
+                  if t.begin.startswith(word)]
+        lines.append(f"head_{k}[lazy]: TEXT {_literal(word)}")
+        firsts.append(f"head_{k} ({' | '.join(rests)})")
+    lines.insert(0, f"start: TEXT | ({' | '.join(firsts)}){more}")
+    lines.append("TEXT: /(.|\\n)*/")
+    return "\n".join(lines) + "\n"
+
+
+def _where(schema: Any, key: str, at: str = "") -> str | None:
+    """Where `key` is used as a keyword in `schema` (dotted, as errors name fields)."""
+    if isinstance(schema, dict):
+        if key in schema:
+            return f"{at}.{key}" if at else key
+        for k, v in schema.items():
+            if k in ("const", "enum", "default", "examples"):
+                continue  # values, not schemas
+            found = _where(v, key, f"{at}.{k}" if at else k)
+            if found is not None:
+                return found
+    elif isinstance(schema, list):
+        for i, v in enumerate(schema):
+            found = _where(v, key, f"{at}[{i}]")
+            if found is not None:
+                return found
+    return None
+
+
+def _refusal(grammar: Grammar, error: str) -> GuideError:
+    """llguidance's reason, and where: an unimplemented schema keyword by its path."""
+    message = error.strip().splitlines()[0] if error.strip() else "the grammar does not compile"
+    param = grammar.param
+    found = _UNIMPLEMENTED.search(error)
+    unsupported = bool(found) or "not supported" in error or "Unknown format" in error
+    if found:
+        keys = json.loads(f"[{found.group(1)}]")
+        schemas = [(grammar.json_schema, param)] if grammar.json_schema is not None \
+            else [(t.schema, t.param or param) for t in grammar.tags]
+        for text, field in schemas:
+            at = _where(json.loads(text), keys[0]) if text else None
+            if at is not None:
+                param = f"{field}.{at}"
+                break
+        message = (f"the JSON schema keyword {keys[0]!r} cannot be enforced by this server's "
+                   "grammar library (llguidance)")
+    return GuideError(message, param, unsupported=unsupported)
+
+
+class Guides:
+    """One model's grammar compiler: its vocabulary as llguidance reads it (built on first use,
+    ~0.5 s), and its compiled grammars."""
+
+    def __init__(self, vocab: Any, n_vocab: int, eos_ids: Sequence[int],
+                 lock: threading.Lock | None = None):
+        self._vocab = vocab
+        self._n_vocab = n_vocab
+        self._eos = list(eos_ids)
+        self._lock = lock or threading.Lock()  # held while llama.cpp's vocabulary is read
+        self._tokenizer: llguidance.LLTokenizer | None = None
+        self._compiled: OrderedDict[str, llguidance.LLMatcher] = OrderedDict()
+        self._guard = threading.Lock()
+
+    def _tok(self) -> llguidance.LLTokenizer:
+        with self._guard:
+            if self._tokenizer is None:
+                # (llguidance's reader calls llama_token_get_attr, which llama-cpp-python
+                # marks deprecated for llama_vocab_get_attr: the same function)
+                with self._lock, warnings.catch_warnings():
+                    warnings.simplefilter("ignore", DeprecationWarning)
+                    self._tokenizer = llguidance.llamacpp.lltokenizer_from_vocab(
+                        self._vocab, n_vocab=self._n_vocab, eos_token=self._eos)
+            return self._tokenizer
+
+    def compile(self, grammar: Grammar) -> llguidance.LLMatcher:
+        """The grammar's matcher at its start (shared: `start` copies it); raises `GuideError`."""
+        text = lark_of(grammar)
+        with self._guard:
+            hit = self._compiled.get(text)
+            if hit is not None:
+                self._compiled.move_to_end(text)
+                return hit
+        try:
+            lark = llguidance.LLMatcher.grammar_from_lark(text)
+        except ValueError as exc:
+            raise _refusal(grammar, str(exc)) from exc
+        matcher = llguidance.LLMatcher(self._tok(), lark, log_level=0)
+        if matcher.is_error():
+            raise _refusal(grammar, matcher.get_error())
+        with self._guard:
+            self._compiled[text] = matcher
+            while len(self._compiled) > _CACHED:
+                self._compiled.popitem(last=False)
+        return matcher
+
+    def start(self, grammar: Grammar) -> Guide:
+        return Guide(self.compile(grammar).deep_copy(), self._n_vocab)
+
+
+class Guide:
+    """One sequence's walk through its grammar: the mask before each step, the sampled id after."""
+
+    def __init__(self, matcher: llguidance.LLMatcher, n_vocab: int):
+        self._matcher = matcher
+        self._bits = llguidance.numpy.allocate_token_bitmask(1, n_vocab)
+
+    def mask(self, logits: np.ndarray) -> None:
+        """-inf over the ids the grammar does not allow next (`logits`: the raw row, in place)."""
+        llguidance.numpy.fill_next_token_bitmask(self._matcher, self._bits)
+        llguidance.numpy.apply_token_bitmask_inplace(logits, self._bits)
+
+    def accept(self, token: int) -> None:
+        """Move past a sampled id; raises if the grammar did not allow it (a bug, not the
+        client's)."""
+        if not self._matcher.consume_token(token):
+            raise RuntimeError(f"the grammar did not allow id {token}: "
+                               f"{self._matcher.get_error()}")

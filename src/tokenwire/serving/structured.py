@@ -1,0 +1,222 @@
+"""What a request asks of decoding, as a `Grammar` in the request's own terms: a JSON schema
+(`response_format`, vLLM's `structured_outputs.json`), any JSON object, a client's GBNF, or tool
+calls as tagged spans; and, for chat, whether tool calls are parsed out of the output.
+
+Nothing here converts a schema: the engine's grammar library enforces it (the embedded engine's
+llguidance, an upstream's own backend: engines/_guide.py, engines/upstream/grammar.py), and
+refuses by name and place what it cannot. Here only what no engine could read is refused: a
+schema that is not a JSON object (or `true`), or one too large to compile at admission.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..engines.base import EngineInfo, Grammar, StructuralTag
+from ..errors import InvalidRequestError, UnsupportedParameterError
+from ..protocol.chat import ChatCompletionRequest
+from ..protocol.tools import JsonObjectFormat, JsonSchemaFormat, NamedToolChoice
+from .toolformat import HERMES
+
+__all__ = ["Constraints", "from_structural_tag", "json_object", "resolve_constraints", "schema",
+           "tagged", "tool_calls"]
+
+MAX_SCHEMA = 256 * 1024
+"""Largest schema (bytes of JSON) compiled at admission."""
+
+
+def _text(value: Any, param: str) -> str:
+    """A schema as JSON text; refuses what is not a schema at all."""
+    if value is True:
+        value = {}
+    if not isinstance(value, dict):
+        raise InvalidRequestError("a JSON schema must be an object (or true)", param=param,
+                                  code="invalid_value")
+    try:
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False)
+    except ValueError as exc:
+        raise InvalidRequestError(f"the schema is not JSON: {exc}", param=param,
+                                  code="invalid_value") from exc
+    if len(text.encode()) > MAX_SCHEMA:
+        raise UnsupportedParameterError(
+            f"this schema is {len(text.encode())} bytes of JSON (at most {MAX_SCHEMA})",
+            param=param)
+    return text
+
+
+def schema(value: Any, param: str) -> Grammar:
+    """One JSON value valid against `value`."""
+    return Grammar(json_schema=_text(value, param), param=param)
+
+
+def json_object(param: str = "response_format") -> Grammar:
+    """Any JSON object (`response_format: {"type": "json_object"}`)."""
+    return Grammar(json_schema='{"type": "object"}', param=param)
+
+
+def tagged(tags: Sequence[tuple[str, Any, str, str]], *, parallel: bool, param: str,
+           triggers: tuple[str, ...] = ()) -> Grammar:
+    """Tagged spans, each (begin, its schema, the schema's param path, end): exactly one
+    (`parallel`: one or more, a newline apart); `triggers`: lazy, free text until one of them
+    (each tag's begin starts with one)."""
+    return Grammar(tags=tuple(StructuralTag(begin, _text(s, at), end, at)
+                              for begin, s, at, end in tags),
+                   triggers=triggers, parallel=parallel, param=param)
+
+
+def tool_calls(tools: Sequence[tuple[str, Mapping[str, Any] | None, str]], *, parallel: bool,
+               lazy: bool, open_tag: str = HERMES.open_tag,
+               close_tag: str = HERMES.close_tag) -> Grammar:
+    """One or more (`parallel`) calls of the named tools, each
+    `<open>\\n{"name": "<name>", "arguments": <its schema>}\\n<close>`; `lazy`: free text until
+    the model writes `open_tag` (tool_choice "auto"). Each tool: (name, its parameters schema,
+    the param path of that schema)."""
+    return tagged([(f'{open_tag}\n{{"name": {json.dumps(name, ensure_ascii=False)}, '
+                    '"arguments": ', s if s is not None else {"type": "object"}, at,
+                    "}\n" + close_tag) for name, s, at in tools],
+                  parallel=parallel, param="tools", triggers=(open_tag,) if lazy else ())
+
+
+def _invalid(message: str, param: str) -> InvalidRequestError:
+    return InvalidRequestError(message, param=param, code="invalid_value")
+
+
+def _format_tags(fmt: dict[str, Any], param: str) -> list[tuple[str, Any, str, str]]:
+    tags = fmt.get("tags")
+    if not isinstance(tags, list) or not tags:
+        raise _invalid("tags must be a non-empty list", f"{param}.tags")
+    out = []
+    for i, t in enumerate(tags):
+        at = f"{param}.tags[{i}]"
+        content = t.get("content") if isinstance(t, dict) else None
+        if not isinstance(t, dict) or t.get("type", "tag") != "tag" \
+                or not isinstance(t.get("begin"), str) or not isinstance(t.get("end"), str) \
+                or not isinstance(content, dict) or content.get("type") != "json_schema":
+            raise UnsupportedParameterError(
+                "only tags {type: tag, begin, content: {type: json_schema, json_schema}, end} "
+                "are supported", param=at)
+        out.append((t["begin"], content.get("json_schema", {}),
+                    f"{at}.content.json_schema", t["end"]))
+    return out
+
+
+def from_structural_tag(tag: Any, param: str) -> Grammar:
+    """vLLM's `structural_tag` (as vLLM and SGLang read it, and as a gateway's upstream
+    adapters send it): the legacy shape (free text until a trigger, then the structures, a
+    newline apart: tokenwire allows only further structures after the first; docs/api.md), or
+    xgrammar's `format` shape as far as tool calls use it: `triggered_tags` (lazy) and
+    `tags_with_separator` with separator "\\n" and `at_least_one` (from the first token)."""
+    if not isinstance(tag, dict):
+        raise _invalid("structural_tag must be an object", param)
+    fmt = tag.get("format")
+    if isinstance(fmt, dict):
+        at = f"{param}.format"
+        kind = fmt.get("type")
+        if kind == "tags_with_separator" and fmt.get("separator") == "\n" \
+                and fmt.get("at_least_one") is True:
+            return tagged(_format_tags(fmt, at), parallel=not fmt.get("stop_after_first"),
+                          param=param)
+        if kind == "triggered_tags" and not fmt.get("excludes") \
+                and not fmt.get("at_least_one") and not fmt.get("stop_after_first"):
+            triggers = fmt.get("triggers")
+            tags = _format_tags(fmt, at)
+            if not isinstance(triggers, list) or not triggers \
+                    or not all(isinstance(w, str) and w for w in triggers):
+                raise _invalid("triggers must be a non-empty list of strings",
+                               f"{at}.triggers")
+            return _lazy(tags, triggers, param, f"{at}.tags")
+        raise UnsupportedParameterError(
+            "of xgrammar's formats, only tags_with_separator (separator \"\\n\", at_least_one)"
+            " and triggered_tags are supported", param=at)
+    structures, triggers = tag.get("structures"), tag.get("triggers")
+    if not isinstance(structures, list) or not structures or not all(
+            isinstance(s, dict) and isinstance(s.get("begin"), str)
+            and isinstance(s.get("end"), str) for s in structures) \
+            or not isinstance(triggers, list) or not triggers \
+            or not all(isinstance(t, str) and t for t in triggers):
+        raise _invalid("structural_tag needs structures [{begin, schema, end}] and triggers "
+                       "[strings], or a format", param)
+    return _lazy([(s["begin"], s.get("schema", {}), f"{param}.structures[{i}].schema",
+                   s["end"]) for i, s in enumerate(structures)],
+                 triggers, param, f"{param}.structures")
+
+
+def _lazy(tags: list[tuple[str, Any, str, str]], triggers: list[str], param: str,
+          where: str) -> Grammar:
+    for i, (begin, _, _, _) in enumerate(tags):
+        if not any(begin.startswith(w) for w in triggers):
+            raise _invalid("each structure's begin must start with a trigger",
+                           f"{where}[{i}].begin")
+    return tagged(tags, parallel=True, param=param, triggers=tuple(triggers))
+
+
+@dataclass(frozen=True)
+class Constraints:
+    grammar: Grammar | None = None
+    parse_tools: bool = False
+    """Tool calls are parsed out of the output (tool_choice other than "none")."""
+    named: bool = False
+    """A named tool_choice: the finish reason stays "stop", as OpenAI's."""
+    unconstrained: bool = False
+    """tool_choice "auto" on an engine without lazy grammars: calls are parsed, not enforced
+    (the response says so in a warning)."""
+
+
+def _choice(req: ChatCompletionRequest) -> str | NamedToolChoice:
+    if req.tool_choice is None:
+        return "auto" if req.tools else "none"
+    if not req.tools and req.tool_choice != "none":
+        raise InvalidRequestError("tool_choice needs tools", param="tool_choice",
+                                  code="invalid_value")
+    return req.tool_choice
+
+
+def resolve_constraints(req: ChatCompletionRequest, info: EngineInfo, model: str
+                        ) -> Constraints:
+    tools = req.tools or []
+    choice = _choice(req)
+    fmt = req.response_format
+    wants_json = isinstance(fmt, JsonObjectFormat | JsonSchemaFormat)
+    if wants_json and choice != "none":
+        raise UnsupportedParameterError(
+            "response_format json_object/json_schema cannot be combined with tool calls "
+            "(set tool_choice to 'none', or leave out tools)", param="response_format")
+    if wants_json:
+        if not info.supports_grammar:
+            raise UnsupportedParameterError(
+                f"model {model!r} cannot constrain its output (its engine has no grammar "
+                "support)", param="response_format")
+        if isinstance(fmt, JsonSchemaFormat):
+            given = fmt.json_schema.schema_
+            return Constraints(grammar=schema(given if given is not None else {},
+                                              "response_format.json_schema.schema"))
+        return Constraints(grammar=json_object())
+    if choice == "none":
+        return Constraints()
+    specs = [(t.function.name, t.function.parameters, f"tools[{i}].function.parameters")
+             for i, t in enumerate(tools)]
+    if isinstance(choice, NamedToolChoice):
+        names = [n for n, _, _ in specs]
+        if choice.function.name not in names:
+            raise InvalidRequestError(
+                f"tool_choice names {choice.function.name!r}, which is not among the tools",
+                param="tool_choice.function.name", code="invalid_value")
+        k = names.index(choice.function.name)
+        specs, parallel = [specs[k]], False
+    else:
+        parallel = req.parallel_tool_calls
+    if choice == "auto":
+        if not info.supports_lazy_grammar:
+            # the model may still call: its output is parsed, unconstrained (docs/api.md)
+            return Constraints(parse_tools=True, unconstrained=True)
+        return Constraints(grammar=tool_calls(specs, parallel=parallel, lazy=True),
+                           parse_tools=True)
+    if not info.supports_grammar:
+        raise UnsupportedParameterError(
+            f"model {model!r} cannot guarantee a tool call (its engine has no grammar "
+            "support); use tool_choice 'auto'", param="tool_choice")
+    return Constraints(grammar=tool_calls(specs, parallel=parallel, lazy=False),
+                       parse_tools=True, named=isinstance(choice, NamedToolChoice))

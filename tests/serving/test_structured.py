@@ -1,0 +1,249 @@
+"""Structured output: the embedded engine enforces what llguidance compiles and refuses the rest
+by name and place; upstreams get schemas in their own terms, with what their backend would drop
+refused first."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+
+from tokenwire.engines._guide import Guides, lark_of
+from tokenwire.engines.base import Grammar, SamplingParams
+from tokenwire.engines.llamacpp import LlamaCppEngine
+from tokenwire.engines.upstream.gbnf import tags_gbnf
+from tokenwire.engines.upstream.grammar import (
+    check_schema,
+    llama_server_drops,
+    structural_tag,
+    xgrammar_drops,
+)
+from tokenwire.errors import InvalidRequestError, UnsupportedParameterError
+from tokenwire.serving import structured
+
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "minLength": 1, "maxLength": 20},
+        "age": {"type": "integer", "minimum": 0, "maximum": 130},
+        "code": {"type": "string", "pattern": "^[A-Z]{3}$"},
+        "tags": {"type": "array", "items": {"enum": ["a", "b"]}, "maxItems": 3},
+        "when": {"type": "string", "format": "date"},
+        "pet": {"$ref": "#/$defs/pet"},
+        "note": {"anyOf": [{"type": "null"}, {"type": "string"}]},
+        "score": {"type": "number", "exclusiveMinimum": 0, "multipleOf": 0.5},
+    },
+    "required": ["name", "age"],
+    "additionalProperties": False,
+    "$defs": {"pet": {"type": "object", "properties": {"kind": {"const": "cat"}}}},
+}
+
+
+def _compile(engine: LlamaCppEngine, grammar: Grammar) -> None:
+    """Admission, as a request meets it (the engine's own compile, errors as the client sees)."""
+    engine._compile(grammar)
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize(("schema", "param"), [
+    ({"type": "array", "items": {"type": "string"}, "uniqueItems": True}, "s.uniqueItems"),
+    ({"type": "object", "properties": {"a": {"not": {"type": "string"}}}},
+     "s.properties.a.not"),
+    ({"if": {"type": "string"}, "then": {"maxLength": 2}}, "s.if"),
+    ({"type": "object", "properties": {"x": {"type": "array", "contains": {"const": 1}}}},
+     "s.properties.x.contains"),
+    ({"type": "string", "format": "credit-card"}, "s"),
+    ({"oneOf": [{"type": "string"}, {"type": "string", "maxLength": 3}]}, "s"),
+])
+def test_what_llguidance_cannot_enforce_is_refused_by_name(
+        engine: LlamaCppEngine, schema: dict[str, Any], param: str) -> None:
+    with pytest.raises(UnsupportedParameterError) as exc:
+        _compile(engine, structured.schema(schema, "s"))
+    assert exc.value.param == param
+
+
+@pytest.mark.engine
+def test_ordinary_schemas_compile(engine: LlamaCppEngine) -> None:
+    """What the hand-written converter refused (bounds, patterns, multipleOf, disjoint oneOf,
+    formats, patternProperties) and what pydantic writes."""
+    for schema in [
+        SCHEMA,
+        {"type": "integer", "minimum": 0},
+        {"type": "string", "pattern": "^a+$"},
+        {"type": "string", "format": "email"},
+        {"oneOf": [{"type": "string"}, {"type": "integer"}]},
+        {"type": "object", "patternProperties": {"^a": {"type": "integer"}}},
+        {"type": "array", "items": {}},
+        {"title": "A"},
+        {"type": "object", "properties": {"a": True, "b": {"items": True}}},
+        {"allOf": [{"$ref": "#/definitions/M"}], "description": "pydantic 1",
+         "definitions": {"M": {"type": "object", "properties": {"x": {"type": "integer"}}}}},
+        {"type": "string", "maxLength": 20000},
+    ]:
+        _compile(engine, structured.schema(schema, "s"))
+
+
+@pytest.mark.parametrize("schema", [[1], "x", None, {"a": float("nan")}])
+def test_what_is_no_schema_at_all_is_a_400(schema: Any) -> None:
+    with pytest.raises(InvalidRequestError) as exc:
+        structured.schema(schema, "s")
+    assert exc.value.param == "s"
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize("schema", [{"type": "strin"}, {"$ref": "#/$defs/missing"},
+                                    {"type": "array", "minItems": 3, "maxItems": 1}])
+def test_malformed_schemas_are_400s_naming_the_field(engine: LlamaCppEngine,
+                                                     schema: dict[str, Any]) -> None:
+    with pytest.raises(InvalidRequestError) as exc:
+        _compile(engine, structured.schema(schema, "response_format.json_schema.schema"))
+    assert exc.value.param == "response_format.json_schema.schema"
+
+
+@pytest.mark.engine
+def test_a_grammar_that_does_not_parse_is_a_400(engine: LlamaCppEngine) -> None:
+    with pytest.raises(InvalidRequestError) as exc:
+        _compile(engine, Grammar(gbnf="root ::= (", param="sampling_params.grammar"))
+    assert exc.value.param == "sampling_params.grammar"
+
+
+def _accepts(guides: Guides, engine: LlamaCppEngine, grammar: Grammar, text: str) -> bool:
+    """The grammar admits `text` whole (as the model's own tokens spell it), and may end there."""
+    m = guides.compile(grammar).deep_copy()
+    ids = engine.llama.tokenize(text, parse_special=False)
+    return bool(m.consume_tokens(ids)) and not m.is_error() and m.is_accepting()
+
+
+@pytest.fixture(scope="module")
+def guides(engine: LlamaCppEngine) -> Guides:
+    llama = engine.llama
+    return Guides(llama.vocab, llama.n_vocab, sorted(llama.eog_ids()))
+
+
+@pytest.mark.engine
+def test_grammars_admit_json_and_only_json(engine: LlamaCppEngine, guides: Guides) -> None:
+    ok = lambda g, t: _accepts(guides, engine, g, t)  # noqa: E731
+    string = structured.schema({"type": "string"}, "s")
+    assert ok(string, '"a\\nb"') and not ok(string, '"a\nb"')  # a raw newline
+    odd = ["a\\b", 'x"y', "tab\there"]
+    enum = structured.schema({"enum": odd}, "s")
+    assert all(ok(enum, json.dumps(v)) for v in odd) and not ok(enum, '"a\bb"')
+    bounded = structured.schema(SCHEMA["properties"]["age"], "s")  # type: ignore[index]
+    assert ok(bounded, "130") and not ok(bounded, "131") and not ok(bounded, "-1")
+    code = structured.schema(SCHEMA["properties"]["code"], "s")  # type: ignore[index]
+    assert ok(code, '"ABC"') and not ok(code, '"ABCD"') and not ok(code, '"abc"')
+    # two tools that both define $defs/Item, differently: each keeps its own
+    a = {"type": "object", "properties": {"x": {"$ref": "#/$defs/Item"}}, "required": ["x"],
+         "additionalProperties": False, "$defs": {"Item": {"type": "integer"}}}
+    b = {**a, "$defs": {"Item": {"type": "string"}}}
+    calls = structured.tool_calls([("a", a, "t0"), ("b", b, "t1")], parallel=False,
+                                  lazy=False, open_tag="<c>", close_tag="</c>")
+    call = '<c>\n{{"name": "{}", "arguments": {}}}\n</c>'
+    assert ok(calls, call.format("a", '{"x": 1}')) and ok(calls, call.format("b", '{"x": "s"}'))
+    assert not ok(calls, call.format("b", '{"x": 1}'))
+    assert not ok(calls, call.format("a", '{"x": 1}') + "\n" + call.format("a", '{"x": 2}'))
+    parallel = structured.tool_calls([("a", a, "t0")], parallel=True, lazy=False,
+                                     open_tag="<c>", close_tag="</c>")
+    assert ok(parallel, call.format("a", '{"x": 1}') + "\n" + call.format("a", '{"x": 2}'))
+
+
+@pytest.mark.engine
+def test_a_lazy_grammar_holds_from_its_trigger_on(engine: LlamaCppEngine,
+                                                  guides: Guides) -> None:
+    ok = lambda t: _accepts(guides, engine, lazy, t)  # noqa: E731
+    schema = {"type": "object", "properties": {"city": {"type": "string"}},
+              "required": ["city"], "additionalProperties": False}
+    lazy = structured.tool_calls([("w", schema, "t0")], parallel=True, lazy=True)
+    call = '<tool_call>\n{"name": "w", "arguments": {"city": "Paris"}}\n</tool_call>'
+    assert ok("Free text, <b>tags</b> and all.")
+    assert ok("Let me look." + call) and ok(call + "\n" + call)
+    assert not ok('Let me look.<tool_call>\n{"name": "x"}')  # an unknown tool
+    assert not ok(call + " and prose after it")
+
+
+@pytest.mark.engine
+def test_the_engine_samples_inside_the_grammar(engine: LlamaCppEngine) -> None:
+    """Sampled at temperature 1 under the schema: every document parses and validates."""
+    import jsonschema
+    schema = {"type": "object", "properties": {
+        "age": {"type": "integer", "minimum": 0, "maximum": 130},
+        "code": {"type": "string", "pattern": "^[A-Z]{3}$"},
+        "ok": {"type": "boolean"}}, "required": ["age", "code", "ok"],
+        "additionalProperties": False}
+    prompt = engine.llama.tokenize("<|im_start|>user\nA person as JSON<|im_end|>\n"
+                                   "<|im_start|>assistant\n", parse_special=True)
+
+    async def one(seed: int) -> str:
+        stream = await engine.submit(prompt, SamplingParams(
+            max_tokens=64, temperature=1.0, seed=seed,
+            grammar=structured.schema(schema, "s")))
+        ids = [ev.token_id async for ev in stream if hasattr(ev, "token_id")]
+        return b"".join(engine.llama.piece(t) for t in ids).decode()
+
+    for seed in range(5):
+        jsonschema.validate(json.loads(asyncio.run(one(seed))), schema)
+
+
+def test_lark_spells_each_kind() -> None:
+    assert lark_of(structured.json_object()).startswith("start: %json")
+    tags = structured.tool_calls([("f", None, "t0")], parallel=True, lazy=True)
+    text = lark_of(tags)
+    assert "[lazy]" in text and '"<tool_call>"' in text and '("\\n" tagged)*' in text
+
+
+@pytest.mark.parametrize(("schema", "param"), [
+    ({"type": "array", "items": {"type": "string"}, "uniqueItems": True}, "s.uniqueItems"),
+    ({"type": "number", "minimum": 0}, "s.minimum"),
+    ({"type": "integer", "multipleOf": 2}, "s.multipleOf"),
+    ({"type": "object", "properties": {"a": {"type": "string", "maxLength": 20000}}},
+     "s.properties.a.maxLength"),
+    ({"oneOf": [{"type": "string"}, {"type": "integer"}]}, "s.oneOf"),
+])
+def test_what_llama_server_would_drop_is_refused_by_name(schema: dict[str, Any],
+                                                         param: str) -> None:
+    with pytest.raises(UnsupportedParameterError) as exc:
+        check_schema(structured.schema(schema, "s"), llama_server_drops)
+    assert exc.value.param == param
+
+
+def test_what_llama_server_enforces_passes() -> None:
+    without = {**SCHEMA, "properties": {k: v for k, v in SCHEMA["properties"].items()  # type: ignore[attr-defined]
+                                        if k != "score"}}
+    check_schema(structured.schema(without, "s"), llama_server_drops)
+
+
+@pytest.mark.parametrize(("schema", "param"), [
+    ({"type": "array", "uniqueItems": True}, "s.uniqueItems"),
+    ({"type": "number", "multipleOf": 2}, "s.multipleOf"),
+    ({"type": "string", "pattern": "^a+$", "maxLength": 3}, "s.maxLength"),
+])
+def test_what_xgrammar_would_drop_is_refused_by_name(schema: dict[str, Any],
+                                                     param: str) -> None:
+    with pytest.raises(UnsupportedParameterError) as exc:
+        check_schema(structured.schema(schema, "s"), xgrammar_drops)
+    assert exc.value.param == param
+
+
+def test_structural_tags_in_vllms_and_sglangs_shapes() -> None:
+    tools = [("f", {"type": "object"}, "t0")]
+    lazy = json.loads(structural_tag(structured.tool_calls(tools, parallel=True, lazy=True)))
+    assert lazy["triggers"] == ["<tool_call>"] and lazy["structures"][0]["schema"] == {
+        "type": "object"}
+    forced = json.loads(structural_tag(structured.tool_calls(tools, parallel=False, lazy=False)))
+    fmt = forced["format"]
+    assert fmt["type"] == "tags_with_separator" and fmt["at_least_one"] is True
+    assert fmt["stop_after_first"] is True
+    assert fmt["tags"][0]["content"] == {"type": "json_schema", "json_schema": {"type": "object"}}
+
+
+def test_llama_server_tool_calls_are_gbnf_with_their_schemas() -> None:
+    tools = [("get_weather", {"type": "object", "properties": {"city": {"type": "string"}}},
+              "tools[0].function.parameters")]
+    gbnf = tags_gbnf(structured.tool_calls(tools, parallel=True, lazy=True))
+    assert "get_weather" in gbnf and gbnf.count("root ::=") == 1
+    with pytest.raises(UnsupportedParameterError) as exc:
+        tags_gbnf(structured.tool_calls([("f", {"type": "integer", "minimum": 0}, "t0")],
+                                        parallel=False, lazy=False))
+    assert exc.value.param == "t0.minimum"
