@@ -26,6 +26,7 @@ import llguidance.numpy
 import numpy as np
 from llguidance.gbnf_to_lark import GbnfToLarkError, gbnf_to_lark
 
+from ._unique import Path, Scanner, split_unique
 from .base import Grammar, StructuralTag
 
 __all__ = ["Guide", "GuideError", "Guides", "lark_of"]
@@ -71,12 +72,21 @@ def _tag(tag: StructuralTag, skip: int = 0) -> str:
     return f"{_literal(begin) + ' ' if begin else ''}%json {body} {_literal(tag.end)}"
 
 
+def _unique(grammar: Grammar) -> tuple[str | None, list[Path]]:
+    """A schema's text without the `uniqueItems` _unique.py keeps, and where those arrays are."""
+    if grammar.json_schema is None:
+        return None, []
+    schema, paths = split_unique(json.loads(grammar.json_schema))
+    return json.dumps(schema, ensure_ascii=False), paths
+
+
 def lark_of(grammar: Grammar) -> str:
     """The grammar in llguidance's Lark: a JSON schema's value, the client's GBNF, or tagged
     spans (tool calls): exactly one (`parallel`: one or more, a newline apart); lazy
     (`triggers`): free text until a trigger, the spans from the trigger on, nothing after."""
     if grammar.json_schema is not None:
-        return f"start: %json {json.dumps(_schema(grammar.json_schema), ensure_ascii=False)}\n"
+        text, _ = _unique(grammar)
+        return f"start: %json {json.dumps(_schema(text or ''), ensure_ascii=False)}\n"
     if grammar.gbnf is not None:
         try:
             return str(gbnf_to_lark(grammar.gbnf))
@@ -138,7 +148,9 @@ def _refusal(grammar: Grammar, error: str) -> GuideError:
                 param = f"{field}.{at}"
                 break
         message = (f"the JSON schema keyword {keys[0]!r} cannot be enforced by this server's "
-                   "grammar library (llguidance)")
+                   "grammar library (llguidance)" + (
+                       "; uniqueItems is kept for arrays of free strings ({\"type\": \"string\"}"
+                       " items) only" if keys[0] == "uniqueItems" else ""))
     return GuideError(message, param, unsupported=unsupported)
 
 
@@ -154,6 +166,7 @@ class Guides:
         self._lock = lock or threading.Lock()  # held while llama.cpp's vocabulary is read
         self._tokenizer: llguidance.LLTokenizer | None = None
         self._compiled: OrderedDict[str, llguidance.LLMatcher] = OrderedDict()
+        self._quoted: list[tuple[int, bytes]] | None = None
         self._guard = threading.Lock()
 
     def _tok(self) -> llguidance.LLTokenizer:
@@ -189,20 +202,41 @@ class Guides:
         return matcher
 
     def start(self, grammar: Grammar) -> Guide:
-        return Guide(self.compile(grammar).deep_copy(), self._n_vocab)
+        matcher = self.compile(grammar).deep_copy()
+        _, paths = _unique(grammar)
+        return Guide(matcher, self._n_vocab, self._tok(),
+                     (Scanner(paths), self._closers()) if paths else None)
+
+    def _closers(self) -> list[tuple[int, bytes]]:
+        """The ids whose bytes hold a quote (what may close a JSON string), with their bytes."""
+        with self._guard:
+            if self._quoted is None:
+                tok = self._tokenizer
+                assert tok is not None
+                pieces = ((t, tok.decode_bytes([t])) for t in range(tok.vocab_size))
+                self._quoted = [(t, b) for t, b in pieces if b'"' in b]
+            return self._quoted
 
 
 class Guide:
     """One sequence's walk through its grammar: the mask before each step, the sampled id after."""
 
-    def __init__(self, matcher: llguidance.LLMatcher, n_vocab: int):
+    def __init__(self, matcher: llguidance.LLMatcher, n_vocab: int,
+                 tokenizer: llguidance.LLTokenizer,
+                 unique: tuple[Scanner, list[tuple[int, bytes]]] | None = None):
         self._matcher = matcher
         self._bits = llguidance.numpy.allocate_token_bitmask(1, n_vocab)
+        self._tokenizer = tokenizer
+        self._unique = unique
 
     def mask(self, logits: np.ndarray) -> None:
-        """-inf over the ids the grammar does not allow next (`logits`: the raw row, in place)."""
+        """-inf over the ids the grammar does not allow next (`logits`: the raw row, in place),
+        and over those that would repeat an item of an array kept unique."""
         llguidance.numpy.fill_next_token_bitmask(self._matcher, self._bits)
         llguidance.numpy.apply_token_bitmask_inplace(logits, self._bits)
+        if self._unique is not None:
+            scanner, closers = self._unique
+            scanner.ban(logits, closers)
 
     def accept(self, token: int) -> None:
         """Move past a sampled id; raises if the grammar did not allow it (a bug, not the
@@ -210,3 +244,5 @@ class Guide:
         if not self._matcher.consume_token(token):
             raise RuntimeError(f"the grammar did not allow id {token}: "
                                f"{self._matcher.get_error()}")
+        if self._unique is not None:
+            self._unique[0].feed(self._tokenizer.decode_bytes([token]))
