@@ -105,3 +105,17 @@ def test_fifty_seeds_of_the_schema_are_fifty_valid_documents(client: openai.Open
     if schema is SCHEMA:
         assert any(len(d["tags"]) > 1 for d in docs)  # uniqueness had something to keep
     assert len({json.dumps(d, sort_keys=True) for d in docs}) > 40  # seeds differ
+
+
+def test_a_keyword_no_backend_enforces_is_refused_by_name(client: openai.OpenAI) -> None:
+    """`not`: llguidance refuses it, llama-server's converter would drop it, vLLM refuses it."""
+    schema = {"type": "object", "properties": {"n": {"type": "integer", "not": {"const": 3}}}}
+    with pytest.raises(openai.BadRequestError) as exc:
+        client.chat.completions.create(
+            model=MODEL, max_tokens=8, messages=MESSAGES,
+            response_format={"type": "json_schema",
+                             "json_schema": {"name": "n", "schema": schema}})
+    assert "'not'" in str(exc.value) or "not" in str(exc.value).split("keys")[-1]
+    if TEST_UPSTREAM != "vllm":  # vLLM's own 400 names no field
+        assert exc.value.body["param"] == \
+            "response_format.json_schema.schema.properties.n.not"  # type: ignore[index]

@@ -48,7 +48,7 @@ def _compile(engine: LlamaCppEngine, grammar: Grammar) -> None:
 
 @pytest.mark.engine
 @pytest.mark.parametrize(("schema", "param"), [
-    ({"type": "array", "items": {"type": "string"}, "uniqueItems": True}, "s.uniqueItems"),
+    ({"type": "array", "items": {"type": "integer"}, "uniqueItems": True}, "s.uniqueItems"),
     ({"type": "object", "properties": {"a": {"not": {"type": "string"}}}},
      "s.properties.a.not"),
     ({"if": {"type": "string"}, "then": {"maxLength": 2}}, "s.if"),

@@ -45,6 +45,7 @@ from ..routing import PrefixRouter
 from .board import Board
 from .control import FleetControl
 from .errors import upstream_error
+from .grammar import client_param
 from .health import Health
 from .migration import MigratingStream
 from .replica import Replica, Seat, UpstreamInfo
@@ -326,7 +327,10 @@ class UpstreamEngine:
             if status >= 500:  # this request failed there; the replica may serve others
                 log.warning("upstream %s answered %d: %r", r.url, status, data[:200])
                 raise _Failover(f"{r.name}: answered {status}")
-            raise self.protocol_error(status, json_or_error(data), r.name)
+            err = self.protocol_error(status, json_or_error(data), r.name)
+            if params.grammar is not None and err.param:  # the schema's keyword, as sent
+                err.param = client_param(err.param, params.grammar)
+            raise err
         stream = UpstreamStream(self, r, resp, self.decoder(r, prompt, params), seat)
         try:  # a replica that accepted the request but cannot serve it still fails over
             await stream.prime()

@@ -7,14 +7,15 @@ place (an upstream that refuses a schema itself, as vLLM does, answers with its 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from typing import Any
 
 from ...errors import UnsupportedParameterError
 from ..base import Grammar, StructuralTag
 
-__all__ = ["LLAMA_SERVER_KEYWORDS", "check_schema", "llama_server_drops", "structural_tag",
-           "xgrammar_drops"]
+__all__ = ["LLAMA_SERVER_KEYWORDS", "check_schema", "client_param", "llama_server_drops",
+           "structural_tag", "xgrammar_drops"]
 
 _ANNOTATIONS = frozenset({
     "title", "description", "default", "examples", "$schema", "$id", "$comment", "deprecated",
@@ -135,3 +136,19 @@ def structural_tag(grammar: Grammar) -> str:
         "type": "tags_with_separator", "tags": [_tag(t) for t in grammar.tags],
         "separator": "\n", "at_least_one": True, "stop_after_first": not grammar.parallel,
     }}, ensure_ascii=False)
+
+
+_SENT_AS = re.compile(r"^(?:sampling_params\.)?structured_outputs\.(?:json|structural_tag\."
+                      r"(?:format\.tags|structures)\[(\d+)\](?:\.content\.json_schema|\.schema))")
+
+
+def client_param(param: str, grammar: Grammar) -> str:
+    """An upstream's 400 names the field we sent (a tokenwire upstream names the schema's
+    keyword under `sampling_params.structured_outputs...`): the client's own field instead."""
+    sent = _SENT_AS.match(param)
+    if sent is None:
+        return param
+    tag = int(sent.group(1)) if sent.group(1) is not None else None
+    field = grammar.param if tag is None or tag >= len(grammar.tags) \
+        else grammar.tags[tag].param or grammar.param
+    return field + param[sent.end():]
