@@ -18,6 +18,7 @@ from tokenwire.engines.upstream.grammar import (
     check_schema,
     llama_server_drops,
     structural_tag,
+    vllm_drops,
     xgrammar_drops,
 )
 from tokenwire.errors import InvalidRequestError, UnsupportedParameterError
@@ -224,6 +225,15 @@ def test_what_xgrammar_would_drop_is_refused_by_name(schema: dict[str, Any],
     with pytest.raises(UnsupportedParameterError) as exc:
         check_schema(structured.schema(schema, "s"), xgrammar_drops)
     assert exc.value.param == param
+
+
+def test_what_vllm_would_take_and_drop_is_refused_by_name() -> None:
+    with pytest.raises(UnsupportedParameterError) as exc:
+        check_schema(structured.schema({"type": "object", "properties": {
+            "n": {"type": "integer", "not": {"const": 3}}}}, "s"), vllm_drops)
+    assert exc.value.param == "s.properties.n.not"
+    check_schema(structured.schema({"type": "array", "uniqueItems": True}, "s"), vllm_drops)
+    # (vLLM refuses uniqueItems itself: its 400 is passed on)
 
 
 def test_structural_tags_in_vllms_and_sglangs_shapes() -> None:

@@ -46,7 +46,8 @@ from .base import (
     TokenEvent,
     WeightSpan,
 )
-from .upstream import ChunkDecoder, Replica, UpstreamEngine, UpstreamInfo, structural_tag
+from .upstream import ChunkDecoder, Replica, UpstreamEngine, UpstreamInfo
+from .upstream.grammar import check_schema, structural_tag, vllm_drops
 
 __all__ = ["VllmEngine"]
 
@@ -227,7 +228,9 @@ class VllmEngine(UpstreamEngine):
         g = params.grammar
         if g is not None:
             # StructuredOutputsParams in its own terms: vLLM's backend (xgrammar, or llguidance
-            # for what xgrammar lacks) enforces the schema or refuses it with a 400
+            # for what xgrammar lacks) enforces the schema or refuses it with a 400; what it
+            # would take and drop is refused here
+            check_schema(g, vllm_drops)
             sampling["structured_outputs"] = \
                 {"json": json.loads(g.json_schema)} if g.json_schema is not None \
                 else {"grammar": g.gbnf} if g.gbnf is not None \

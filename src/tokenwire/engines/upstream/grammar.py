@@ -15,7 +15,7 @@ from ...errors import UnsupportedParameterError
 from ..base import Grammar, StructuralTag
 
 __all__ = ["LLAMA_SERVER_KEYWORDS", "check_schema", "client_param", "llama_server_drops",
-           "structural_tag", "xgrammar_drops"]
+           "structural_tag", "vllm_drops", "xgrammar_drops"]
 
 _ANNOTATIONS = frozenset({
     "title", "description", "default", "examples", "$schema", "$id", "$comment", "deprecated",
@@ -104,6 +104,23 @@ def xgrammar_drops(schema: dict[str, Any], at: str) -> None:
         for key in ("propertyNames", "patternProperties", "minProperties", "maxProperties"):
             if key in schema:
                 raise _refuse(key, at, "SGLang")
+    for key in _XGRAMMAR_SKIPS:
+        if key in schema:
+            raise _refuse(key, at, "SGLang")
+
+
+_XGRAMMAR_SKIPS = ("not", "if", "then", "else", "dependentRequired", "dependentSchemas",
+                   "unevaluatedProperties", "unevaluatedItems")
+"""Keywords xgrammar's schema converter skips without a word, which vLLM's routing to llguidance
+(`has_xgrammar_unsupported_json_features`) does not catch: real vLLM 0.32 answers a schema with
+`not` and ignores it (tests/e2e/test_structured.py)."""
+
+
+def vllm_drops(schema: dict[str, Any], at: str) -> None:
+    """Refuse what vLLM would take and drop (what it refuses, it answers with its own 400)."""
+    for key in _XGRAMMAR_SKIPS:
+        if key in schema:
+            raise _refuse(key, at, "vLLM")
 
 
 def check_schema(grammar: Grammar, drops: Callable[[dict[str, Any], str], None]) -> None:
