@@ -2,7 +2,8 @@
 each printing its own table. Arguments after a name go to that benchmark.
 
     .venv/bin/python bench/run.py [NAME [ARGS ...] ...]   # compare canonical gateway affinity
-                                                          # load prefix_cache translate;
+                                                          # load prefix_cache translate
+                                                          # structured;
                                                           # `all`: every one
     .venv/bin/python bench/run.py compare --quick load --good 24
 """
@@ -16,9 +17,9 @@ from pathlib import Path
 HERE = Path(__file__).parent
 MAIN = "compare"
 BENCHES = [MAIN, "canonical", "gateway", "gateways", "affinity", "load", "prefix_cache",
-           "translate", "deterministic"]
+           "translate", "deterministic", "structured"]
 # `all`: the ones that start their own servers (prefix_cache needs one running: `make serve`)
-ALL = [MAIN, "canonical", "gateway", "gateways", "affinity", "load", "translate"]
+ALL = [MAIN, "canonical", "gateway", "gateways", "affinity", "load", "translate", "structured"]
 
 
 def parse(argv: list[str]) -> list[tuple[str, list[str]]]:
