@@ -107,7 +107,8 @@ def main() -> None:
                 print(f"  round {r + 1}/{args.rounds} done", flush=True)
     finally:
         server.stop()
-    print("\n| schema: constraint | TTFT ms | ms per token | TTFT over none | per token over none |")
+    print("\n| schema: constraint | TTFT ms | ms per token | TTFT over none "
+          "| per token over none |")
     print("|---|---|---|---|---|")
     for name in SCHEMAS:
         base = rows[f"{name}: none"]
@@ -115,8 +116,8 @@ def main() -> None:
             row = rows[label]
             over = ["-", "-"]
             if label.endswith("schema"):
-                over = [f"{statistics.median(a - b for a, b in zip(row[k], base[k], strict=True)):+.2f}"
-                        for k in ("ttft", "gap")]
+                over = [f"{statistics.median(a - b for a, b in pairs):+.2f}"
+                        for pairs in (zip(row[k], base[k], strict=True) for k in ("ttft", "gap"))]
             print(f"| {label} | {statistics.median(row['ttft']):.2f} | "
                   f"{statistics.median(row['gap']):.2f} | {over[0]} | {over[1]} |")
     if cut:
