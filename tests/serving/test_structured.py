@@ -104,10 +104,42 @@ def test_malformed_schemas_are_400s_naming_the_field(engine: LlamaCppEngine,
 
 
 @pytest.mark.engine
-def test_a_grammar_that_does_not_parse_is_a_400(engine: LlamaCppEngine) -> None:
-    with pytest.raises(InvalidRequestError) as exc:
-        _compile(engine, Grammar(gbnf="root ::= (", param="sampling_params.grammar"))
+@pytest.mark.parametrize("gbnf", ["root ::= (", "root ::= item", 'start ::= "a"'])
+def test_a_grammar_that_does_not_parse_is_a_400(engine: LlamaCppEngine, gbnf: str) -> None:
+    with pytest.raises(InvalidRequestError) as exc:  # (an undefined rule, no root)
+        _compile(engine, Grammar(gbnf=gbnf, param="sampling_params.grammar"))
     assert exc.value.param == "sampling_params.grammar"
+
+
+@pytest.mark.engine
+def test_llguidance_options_are_the_servers(engine: LlamaCppEngine) -> None:
+    """A client's `x-guidance` (`lenient` would drop keywords silently) is refused by name."""
+    for options in ({"lenient": True}, "x"):
+        with pytest.raises(UnsupportedParameterError) as exc:
+            _compile(engine, structured.schema({"type": "object", "x-guidance": options}, "s"))
+        assert exc.value.param == "s.x-guidance"
+    _compile(engine, structured.schema({"type": "array", "uniqueItems": False}, "s"))
+
+
+@pytest.mark.engine
+def test_min_tokens_never_outlasts_a_finished_grammar(engine: LlamaCppEngine) -> None:
+    """A document that can only end, under min_tokens: it ends (the stop ids stay allowed),
+    and a sequence running beside it is untouched."""
+    prompt = engine.llama.tokenize("<|im_start|>user\nTrue or false?<|im_end|>\n"
+                                   "<|im_start|>assistant\n", parse_special=True)
+
+    async def both() -> tuple[list[Any], list[Any]]:
+        strict = await engine.submit(prompt, SamplingParams(
+            max_tokens=20, temperature=0.0, min_tokens=10,
+            grammar=structured.schema({"type": "boolean"}, "s")))
+        free = await engine.submit(prompt, SamplingParams(max_tokens=12, temperature=0.0,
+                                                          ignore_eos=True))
+        return [ev async for ev in strict], [ev async for ev in free]
+
+    strict, free = asyncio.run(both())
+    text = b"".join(engine.llama.piece(ev.token_id) for ev in strict[:-1]).decode()
+    assert text in ("true", "false") and strict[-1].reason == "stop"
+    assert len(free) == 13 and free[-1].reason == "length"
 
 
 def _accepts(guides: Guides, engine: LlamaCppEngine, grammar: Grammar, text: str) -> bool:
@@ -234,6 +266,28 @@ def test_what_vllm_would_take_and_drop_is_refused_by_name() -> None:
     assert exc.value.param == "s.properties.n.not"
     check_schema(structured.schema({"type": "array", "uniqueItems": True}, "s"), vllm_drops)
     # (vLLM refuses uniqueItems itself: its 400 is passed on)
+
+
+def test_an_upstreams_field_is_renamed_to_the_clients() -> None:
+    from tokenwire.engines.upstream.grammar import client_param
+    doc = structured.schema({"type": "object"}, "response_format.json_schema.schema")
+    assert client_param("sampling_params.structured_outputs.json.properties.a.not", doc) == \
+        "response_format.json_schema.schema.properties.a.not"
+    assert client_param("sampling_params.structured_outputs.json_object", doc) == \
+        "sampling_params.structured_outputs.json_object"  # another field: as it was
+    calls = structured.tool_calls([("f", {"type": "object"}, "tools[0].function.parameters"),
+                                   ("g", {"type": "object"}, "tools[1].function.parameters")],
+                                  parallel=False, lazy=False)
+    assert client_param("sampling_params.structured_outputs.structural_tag.format.tags[1]"
+                        ".content.json_schema.not", calls) == "tools[1].function.parameters.not"
+
+
+def test_a_trigger_that_begins_no_structure_is_a_400() -> None:
+    tag = {"type": "structural_tag", "triggers": ["<f>", "<g>"], "structures": [
+        {"begin": "<f>", "schema": {}, "end": "</f>"}]}
+    with pytest.raises(InvalidRequestError) as exc:
+        structured.from_structural_tag(tag, "st")
+    assert exc.value.param == "st.triggers[1]"
 
 
 def test_structural_tags_in_vllms_and_sglangs_shapes() -> None:

@@ -4,7 +4,8 @@ a token mask, one step at a time.
 llguidance (a grammar backend of vLLM and SGLang) compiles JSON schemas, Lark grammars and GBNF
 against the model's own vocabulary; each step it fills a bitmask of the ids that keep the output
 inside the grammar, and the engine writes -inf over the rest of the raw logits before its
-sampler chain runs (raw logprobs are read first, as vLLM reads them). Compiling happens at
+sampler chain runs (raw logprobs are read first, as the llama.cpp grammar sampler had it;
+vLLM reads them after its bitmask: docs/api.md). Compiling happens at
 admission: what llguidance cannot enforce is a 400 naming the field (and, for a schema keyword,
 where it is), never a stuck engine. Compiled grammars are kept per model by their text, so a
 schema repeated across a rollout's requests compiles once; each sequence walks its own copy.
@@ -12,16 +13,16 @@ schema repeated across a rollout's requests compiles once; each sequence walks i
 
 from __future__ import annotations
 
+import ctypes
 import json
 import re
 import threading
-import warnings
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
+import llama_cpp as L
 import llguidance
-import llguidance.llamacpp
 import llguidance.numpy
 import numpy as np
 from llguidance.gbnf_to_lark import GbnfToLarkError, gbnf_to_lark
@@ -51,25 +52,28 @@ class GuideError(ValueError):
         self.unsupported = unsupported
 
 
-def _schema(text: str) -> Any:
-    """A schema with our whitespace rule (the schema's own `x-guidance` options win)."""
+def _schema(text: str, param: str) -> Any:
+    """A schema with our whitespace rule; a client's own llguidance options are refused (its
+    `lenient` would drop keywords without a word)."""
     schema = json.loads(text)
     if schema is True:
         schema = {}
     if not isinstance(schema, dict):
         return schema  # llguidance names what is wrong
-    return {**schema, "x-guidance": {"whitespace_pattern": WHITESPACE,
-                                     **schema.get("x-guidance", {})}}
+    if "x-guidance" in schema:
+        raise GuideError("llguidance's options are this server's to set", f"{param}.x-guidance",
+                         unsupported=True)
+    return {**schema, "x-guidance": {"whitespace_pattern": WHITESPACE}}
 
 
 def _literal(text: str) -> str:
     return json.dumps(text, ensure_ascii=False)
 
 
-def _tag(tag: StructuralTag, skip: int = 0) -> str:
+def _tag(tag: StructuralTag, param: str, skip: int = 0) -> str:
     """`begin` (less its first `skip` characters), a JSON value valid against the schema,
     `end`."""
-    body = json.dumps(_schema(tag.schema), ensure_ascii=False)
+    body = json.dumps(_schema(tag.schema, tag.param or param), ensure_ascii=False)
     begin = tag.begin[skip:]
     return f"{_literal(begin) + ' ' if begin else ''}%json {body} {_literal(tag.end)}"
 
@@ -88,14 +92,16 @@ def lark_of(grammar: Grammar) -> str:
     (`triggers`): free text until a trigger, the spans from the trigger on, nothing after."""
     if grammar.json_schema is not None:
         text, _ = _unique(grammar)
-        return f"start: %json {json.dumps(_schema(text or ''), ensure_ascii=False)}\n"
+        body = json.dumps(_schema(text or "", grammar.param), ensure_ascii=False)
+        return f"start: %json {body}\n"
     if grammar.gbnf is not None:
         try:
             return str(gbnf_to_lark(grammar.gbnf))
-        except GbnfToLarkError as exc:
+        except (GbnfToLarkError, Exception) as exc:  # noqa: BLE001 - its resolve() raises bare
+            # Exceptions (an undefined rule, no root): all of them say the client's grammar
             raise GuideError(f"the grammar does not parse: {exc}", grammar.param) from exc
     tags = grammar.tags
-    lines = [f"tag_{i}: {_tag(t)}" for i, t in enumerate(tags)]
+    lines = [f"tag_{i}: {_tag(t, grammar.param)}" for i, t in enumerate(tags)]
     lines.append("tagged: " + " | ".join(f"tag_{i}" for i in range(len(tags))))
     more = ' ("\\n" tagged)*' if grammar.parallel else ""
     if not grammar.triggers:
@@ -106,8 +112,8 @@ def lark_of(grammar: Grammar) -> str:
     firsts = []
     for k, word in enumerate(grammar.triggers):
         rests = [f"rest_{k}_{i}" for i, t in enumerate(tags) if t.begin.startswith(word)]
-        lines += [f"rest_{k}_{i}: {_tag(t, len(word))}" for i, t in enumerate(tags)
-                  if t.begin.startswith(word)]
+        lines += [f"rest_{k}_{i}: {_tag(t, grammar.param, len(word))}"
+                  for i, t in enumerate(tags) if t.begin.startswith(word)]
         lines.append(f"head_{k}[lazy]: TEXT {_literal(word)}")
         firsts.append(f"head_{k} ({' | '.join(rests)})")
     lines.insert(0, f"start: TEXT | ({' | '.join(firsts)}){more}")
@@ -156,6 +162,29 @@ def _refusal(grammar: Grammar, error: str) -> GuideError:
     return GuideError(message, param, unsupported=unsupported)
 
 
+def _index(vocab: Any, n_vocab: int, eos: list[int]) -> llguidance.LLTokenizer:
+    """llguidance's reading of llama.cpp's vocabulary: its `llamacpp.lltokenizer_from_vocab`,
+    except that only control tokens are special. A user-defined token (Qwen's `<tool_call>`,
+    SmolLM2's `<file_sep>`) stays its text, which grammar literals and free text match, as
+    llama.cpp's grammar sampler had it: marked special, a tool call's tag would have to be
+    spelled byte by byte."""
+    size = 16 * 1024
+    buf = ctypes.create_string_buffer(size + 1)
+    tokens = []
+    for t in range(n_vocab):
+        n = L.llama_token_to_piece(vocab, t, buf, size, 0, True)
+        if n < 0:
+            raise ValueError(f"token {t} does not fit {size} bytes")
+        piece = buf.raw[:n]
+        if L.llama_vocab_get_attr(vocab, t) & L.LLAMA_TOKEN_ATTR_CONTROL:
+            piece = b"\xff" + piece  # llguidance's mark of a special token
+        tokens.append(piece)
+    tokenize = ctypes.cast(L.llama_cpp._lib.llama_tokenize, ctypes.c_void_p).value
+    index: llguidance.LLTokenizer = llguidance.LLTokenizer.from_llamacpp(  # type: ignore[attr-defined]
+        tokens=tokens, vocab_ptr=vocab, tokenize_fptr=tokenize, eos_token=eos, slices=None)
+    return index
+
+
 class Guides:
     """One model's grammar compiler: its vocabulary as llguidance reads it (built on first use,
     ~0.5 s), and its compiled grammars."""
@@ -174,13 +203,18 @@ class Guides:
     def _tok(self) -> llguidance.LLTokenizer:
         with self._guard:
             if self._tokenizer is None:
-                # (llguidance's reader calls llama_token_get_attr, which llama-cpp-python
-                # marks deprecated for llama_vocab_get_attr: the same function)
-                with self._lock, warnings.catch_warnings():
-                    warnings.simplefilter("ignore", DeprecationWarning)
-                    self._tokenizer = llguidance.llamacpp.lltokenizer_from_vocab(
-                        self._vocab, n_vocab=self._n_vocab, eos_token=self._eos)
+                with self._lock:
+                    self._tokenizer = _index(self._vocab, self._n_vocab, self._eos)
             return self._tokenizer
+
+    @property
+    def built(self) -> bool:
+        """The vocabulary's index is built (grammars have been compiled)."""
+        return self._tokenizer is not None
+
+    def warm(self) -> None:
+        """Build the vocabulary's index now."""
+        self._tok()
 
     def compile(self, grammar: Grammar) -> llguidance.LLMatcher:
         """The grammar's matcher at its start (shared: `start` copies it); raises `GuideError`."""
@@ -235,6 +269,8 @@ class Guide:
         """-inf over the ids the grammar does not allow next (`logits`: the raw row, in place),
         and over those that would repeat an item of an array kept unique."""
         llguidance.numpy.fill_next_token_bitmask(self._matcher, self._bits)
+        if self._matcher.is_error():  # (its mask then allows only the end: never end silently)
+            raise RuntimeError(self._matcher.get_error())
         llguidance.numpy.apply_token_bitmask_inplace(logits, self._bits)
         if self._unique is not None:
             scanner, closers = self._unique

@@ -35,7 +35,9 @@ def split_unique(schema: Any, at: Path = ()) -> tuple[Any, list[Path]]:
         return schema, []
     out = dict(schema)
     paths: list[Path] = []
-    if out.get("uniqueItems") is True and _free_string(out.get("items")) \
+    if out.get("uniqueItems") is False:
+        del out["uniqueItems"]  # asks nothing
+    elif out.get("uniqueItems") is True and _free_string(out.get("items")) \
             and "prefixItems" not in out:
         del out["uniqueItems"]
         paths.append(at)

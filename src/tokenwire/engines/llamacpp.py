@@ -641,10 +641,14 @@ class LlamaCppEngine:
         if k is not None and mode.startswith("raw"):
             lp = llama.logprobs(seq.batch_index) if mode == "raw_logprobs" \
                 else llama.logits(seq.batch_index)
-        if seq.n_out < seq.params.min_tokens:
-            llama.ban(seq.batch_index, seq.stops)  # after the raw logprobs were read
-        if seq.guide is not None:
-            seq.guide.mask(llama.raw(seq.batch_index))  # likewise
+        try:
+            if seq.guide is not None:
+                seq.guide.mask(llama.raw(seq.batch_index))  # after the raw logprobs were read
+            if seq.n_out < seq.params.min_tokens and self._may_ban(llama, seq):
+                llama.ban(seq.batch_index, seq.stops)  # likewise
+        except RuntimeError as exc:  # the grammar's own failure: this sequence's alone
+            self._fail(seq, exc)
+            return
         mask = None
         if self._sampling_mask or (k is not None and mode.startswith("processed")):
             token, processed = seq.sampler.sample_processed(llama, seq.batch_index)
@@ -655,7 +659,11 @@ class LlamaCppEngine:
         else:
             token = seq.sampler.sample(llama, seq.batch_index)
         if seq.guide is not None:
-            seq.guide.accept(token)
+            try:
+                seq.guide.accept(token)
+            except RuntimeError as exc:
+                self._fail(seq, exc)
+                return
         ev = TokenEvent(token) if lp is None else _scored(lp, token, k or 0)
         if mask is not None:
             ev = replace(ev, sampling_mask=mask)
@@ -679,6 +687,22 @@ class LlamaCppEngine:
             with self._cv:
                 self._release(seq)
             seq.emit(finished)
+
+    @staticmethod
+    def _may_ban(llama: LlamaModel, seq: _Seq) -> bool:
+        """`min_tokens` may ban the stop ids unless a grammar allows nothing else: a finished
+        document ends there (vLLM's order: the grammar's mask, then the penalties)."""
+        if seq.guide is None:
+            return True
+        others = np.isfinite(llama.raw(seq.batch_index))
+        others[list(seq.stops)] = False
+        return bool(others.any())
+
+    def _fail(self, seq: _Seq, exc: Exception) -> None:
+        log.error("a constrained sequence failed: %s", exc)
+        with self._cv:
+            self._release(seq, keep=False)
+        seq.emit(_failed(f"the grammar failed: {exc}", exc))
 
     def _finish(self, seq: _Seq, reason: FinishReason,
                 stop_token: TokenEvent | None = None) -> FinishEvent:
@@ -792,9 +816,12 @@ class LlamaCppEngine:
                     "version would no longer describe it", param="weights_path")
             with self._model_lock:
                 old, self._llama = self._llama, fresh
+                warm = self._guides is not None and self._guides.built
                 self._guides = self._new_guides(fresh)
             assert old is not None
             old.close()
+            if warm:  # grammars in use: index the vocabulary now, not in the next admission
+                self._guides.warm()
             with self._cv:
                 self._slots = Slots(self._n_parallel)
                 self._gen += 1

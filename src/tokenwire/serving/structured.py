@@ -150,6 +150,10 @@ def _lazy(tags: list[tuple[str, Any, str, str]], triggers: list[str], param: str
         if not any(begin.startswith(w) for w in triggers):
             raise _invalid("each structure's begin must start with a trigger",
                            f"{where}[{i}].begin")
+    for k, word in enumerate(triggers):
+        if not any(begin.startswith(word) for begin, _, _, _ in tags):
+            raise _invalid("each trigger must begin a structure", f"{param}.triggers[{k}]"
+                           if where.endswith(".structures") else f"{param}.format.triggers[{k}]")
     return tagged(tags, parallel=True, param=param, triggers=tuple(triggers))
 
 

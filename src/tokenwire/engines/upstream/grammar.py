@@ -19,7 +19,7 @@ __all__ = ["LLAMA_SERVER_KEYWORDS", "check_schema", "client_param", "llama_serve
 
 _ANNOTATIONS = frozenset({
     "title", "description", "default", "examples", "$schema", "$id", "$comment", "deprecated",
-    "readOnly", "writeOnly",
+    "readOnly", "writeOnly", "$anchor", "discriminator",
 })
 LLAMA_SERVER_KEYWORDS = frozenset({
     "type", "properties", "required", "additionalProperties", "items", "prefixItems",
@@ -72,8 +72,8 @@ def llama_server_drops(schema: dict[str, Any], at: str) -> None:
     """Refuse what llama-server's converter would drop (LLAMA_SERVER_KEYWORDS), and counts it
     would spell out past what its grammar parser survives."""
     for key in schema:
-        if key not in LLAMA_SERVER_KEYWORDS:
-            raise _refuse(key, at, "llama-server")
+        if key not in LLAMA_SERVER_KEYWORDS and not key.startswith("x-"):  # (extensions
+            raise _refuse(key, at, "llama-server")                        # constrain nothing)
     for key in ("minLength", "maxLength", "minItems", "maxItems"):
         if isinstance(schema.get(key), int) and schema[key] > MAX_COUNT:
             raise _refuse(key, at, "llama-server", f"at most {MAX_COUNT}: each step is one "
@@ -155,7 +155,7 @@ def structural_tag(grammar: Grammar) -> str:
     }}, ensure_ascii=False)
 
 
-_SENT_AS = re.compile(r"^(?:sampling_params\.)?structured_outputs\.(?:json|structural_tag\."
+_SENT_AS = re.compile(r"^(?:sampling_params\.)?structured_outputs\.(?:json(?![\w])|structural_tag\."
                       r"(?:format\.tags|structures)\[(\d+)\](?:\.content\.json_schema|\.schema))")
 
 
