@@ -226,18 +226,24 @@ def test_lark_spells_each_kind() -> None:
     assert "[lazy]" in text and '"<tool_call>"' in text and '("\\n" tagged)*' in text
 
 
-@pytest.mark.parametrize(("schema", "param"), [
-    ({"type": "array", "items": {"type": "string"}, "uniqueItems": True}, "s.uniqueItems"),
-    ({"type": "number", "minimum": 0}, "s.minimum"),
-    ({"type": "integer", "multipleOf": 2}, "s.multipleOf"),
-    ({"type": "object", "properties": {"a": {"type": "string", "maxLength": 20000}}},
-     "s.properties.a.maxLength"),
-    ({"oneOf": [{"type": "string"}, {"type": "integer"}]}, "s.oneOf"),
+@pytest.mark.parametrize(("drops", "schema", "param"), [
+    # llama-server's converter
+    (llama_server_drops, {"type": "array", "items": {"type": "string"}, "uniqueItems": True},
+     "s.uniqueItems"),
+    (llama_server_drops, {"type": "number", "minimum": 0}, "s.minimum"),
+    (llama_server_drops, {"type": "integer", "multipleOf": 2}, "s.multipleOf"),
+    (llama_server_drops, {"type": "object", "properties": {
+        "a": {"type": "string", "maxLength": 20000}}}, "s.properties.a.maxLength"),
+    (llama_server_drops, {"oneOf": [{"type": "string"}, {"type": "integer"}]}, "s.oneOf"),
+    # SGLang's xgrammar
+    (xgrammar_drops, {"type": "array", "uniqueItems": True}, "s.uniqueItems"),
+    (xgrammar_drops, {"type": "number", "multipleOf": 2}, "s.multipleOf"),
+    (xgrammar_drops, {"type": "string", "pattern": "^a+$", "maxLength": 3}, "s.maxLength"),
 ])
-def test_what_llama_server_would_drop_is_refused_by_name(schema: dict[str, Any],
-                                                         param: str) -> None:
+def test_what_a_backend_would_drop_is_refused_by_name(drops: Any, schema: dict[str, Any],
+                                                      param: str) -> None:
     with pytest.raises(UnsupportedParameterError) as exc:
-        check_schema(structured.schema(schema, "s"), llama_server_drops)
+        check_schema(structured.schema(schema, "s"), drops)
     assert exc.value.param == param
 
 
@@ -245,18 +251,6 @@ def test_what_llama_server_enforces_passes() -> None:
     without = {**SCHEMA, "properties": {k: v for k, v in SCHEMA["properties"].items()  # type: ignore[attr-defined]
                                         if k != "score"}}
     check_schema(structured.schema(without, "s"), llama_server_drops)
-
-
-@pytest.mark.parametrize(("schema", "param"), [
-    ({"type": "array", "uniqueItems": True}, "s.uniqueItems"),
-    ({"type": "number", "multipleOf": 2}, "s.multipleOf"),
-    ({"type": "string", "pattern": "^a+$", "maxLength": 3}, "s.maxLength"),
-])
-def test_what_xgrammar_would_drop_is_refused_by_name(schema: dict[str, Any],
-                                                     param: str) -> None:
-    with pytest.raises(UnsupportedParameterError) as exc:
-        check_schema(structured.schema(schema, "s"), xgrammar_drops)
-    assert exc.value.param == param
 
 
 def test_what_vllm_would_take_and_drop_is_refused_by_name() -> None:

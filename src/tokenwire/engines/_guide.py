@@ -25,7 +25,7 @@ import llama_cpp as L
 import llguidance
 import llguidance.numpy
 import numpy as np
-from llguidance.gbnf_to_lark import GbnfToLarkError, gbnf_to_lark
+from llguidance.gbnf_to_lark import gbnf_to_lark
 
 from ._unique import Path, Scanner, split_unique
 from .base import Grammar, StructuralTag
@@ -97,7 +97,7 @@ def lark_of(grammar: Grammar) -> str:
     if grammar.gbnf is not None:
         try:
             return str(gbnf_to_lark(grammar.gbnf))
-        except (GbnfToLarkError, Exception) as exc:  # noqa: BLE001 - its resolve() raises bare
+        except Exception as exc:  # noqa: BLE001 - GbnfToLarkError, and its resolve() raises bare
             # Exceptions (an undefined rule, no root): all of them say the client's grammar
             raise GuideError(f"the grammar does not parse: {exc}", grammar.param) from exc
     tags = grammar.tags
