@@ -24,6 +24,7 @@ serving as configured (`SetupError`) are in the same tree, told to the operator,
     │   ├── ModelNotFoundError               model_not_found
     │   ├── TokenizerNotFoundError           tokenizer_not_found
     │   ├── CompletionNotFoundError          completion_not_found
+    │   ├── ResponseNotFoundError            response_not_found
     │   └── DocumentNotFoundError            document_not_found
     ├── MethodNotAllowedError (405)          method_not_allowed
     ├── RequestTooLargeError (413)           request_too_large
@@ -73,6 +74,7 @@ __all__ = [
     "RateLimitError",
     "ReplicaControlError",
     "RequestTooLargeError",
+    "ResponseNotFoundError",
     "ServiceUnavailableError",
     "SetupError",
     "SpecialTokenNotAllowedError",
@@ -203,6 +205,12 @@ class CompletionNotFoundError(NotFoundError):
     """No stored chat completion of that id (for this API key)."""
 
     default_code = "completion_not_found"
+
+
+class ResponseNotFoundError(NotFoundError):
+    """No stored response of that id (for this API key)."""
+
+    default_code = "response_not_found"
 
 
 class DocumentNotFoundError(NotFoundError):

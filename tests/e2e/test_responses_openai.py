@@ -131,6 +131,3 @@ def test_incomplete_and_refusals(client: openai.OpenAI, tok: HFTokenizer) -> Non
     with pytest.raises(openai.BadRequestError) as err:
         client.responses.create(model=MODEL, input=ids)
     assert err.value.code == "tokenizer_version_required"
-    with pytest.raises(openai.BadRequestError) as err:
-        client.responses.create(model=MODEL, input="hi", previous_response_id="resp_123")
-    assert (err.value.code, err.value.param) == ("unsupported_parameter", "previous_response_id")

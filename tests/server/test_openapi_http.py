@@ -113,8 +113,10 @@ async def test_token_native_fields_are_described_by_their_docstrings(
 
 
 async def test_errors_are_error_responses(document: dict[str, Any]) -> None:
-    error = {"$ref": REF + "ErrorResponse"}
+    """OpenAI's error body everywhere, but Anthropic's on its Messages API."""
     for path, ops in document["paths"].items():
+        error = {"$ref": REF + ("AnthropicErrorBody" if path.startswith("/v1/messages")
+                                else "ErrorResponse")}
         for method, op in ops.items():
             codes = {int(c) for c in op["responses"]}
             probe = path in ("/health", "/ping")

@@ -257,7 +257,6 @@ def second_version(registry: TokenizerRegistry) -> str:
 
 @pytest.mark.parametrize(("payload", "expected"), [
     (req(frobnicate=1), ("unknown_parameter", "frobnicate")),
-    (req(previous_response_id="resp_1"), ("unsupported_parameter", "previous_response_id")),
     (req(background=True), ("unsupported_parameter", "background")),
     (req(reasoning={"effort": "high"}), ("unsupported_parameter", "reasoning")),
     (req(truncation="auto"), ("unsupported_parameter", "truncation")),

@@ -8,7 +8,14 @@ import pytest
 
 from tests.storage.conftest import raw
 from tokenwire.errors import DuplicateIdError, InvalidRequestError, InvalidTokenIdError
-from tokenwire.storage import Document, Store, StoredCompletion, open_store, owner_of
+from tokenwire.storage import (
+    Document,
+    Store,
+    StoredCompletion,
+    StoredResponse,
+    open_store,
+    owner_of,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -190,3 +197,46 @@ async def test_records_outlive_the_store_object(store_url: str) -> None:
         assert (await again.get_document(ALICE, "d")).token_ids == [5, 6]
     finally:
         await again.aclose()
+
+
+def response(id: str, *, owner: str = ALICE, vocab_size: int = SMOLLM2_VOCAB,
+             previous_id: str | None = None) -> StoredResponse:
+    return StoredResponse(
+        id=id, owner=owner, model="smollm2", created=1_700_000_000,
+        tokenizer_version="tv-smollm2", template_version="tpl-1", vocab_size=vocab_size,
+        prompt_ids=[1, 9690, vocab_size - 1], output_ids=[504, vocab_size - 1],
+        messages=[{"role": "user", "content": "héllo ✓"}],
+        input_items=[{"id": "msg_1", "type": "message", "role": "user",
+                      "content": [{"type": "input_text", "text": "héllo ✓"}]}],
+        request={"model": "smollm2", "input": "héllo ✓"},
+        response={"id": id, "object": "response", "output": []}, previous_id=previous_id)
+
+
+@pytest.mark.parametrize("vocab", [SMOLLM2_VOCAB, GEMMA3_VOCAB])
+async def test_responses_round_trip(store: Store, vocab: int) -> None:
+    first = response("resp_1", vocab_size=vocab)
+    await store.put_response(first)
+    second = response("resp_2", vocab_size=vocab, previous_id="resp_1")
+    await store.put_response(second)
+    assert await store.get_response(ALICE, "resp_1") == first
+    assert await store.get_response(ALICE, "resp_2") == second
+    assert await store.get_response(ALICE, "resp_missing") is None
+    with pytest.raises(DuplicateIdError):
+        await store.put_response(response("resp_1"))
+
+
+async def test_responses_are_per_owner(store: Store) -> None:
+    await store.put_response(response("resp_1"))
+    assert await store.get_response(BOB, "resp_1") is None
+    assert await store.delete_response(BOB, "resp_1") is False
+    assert await store.delete_response(ALICE, "resp_1") is True
+    assert await store.get_response(ALICE, "resp_1") is None
+    assert await store.delete_response(ALICE, "resp_1") is False
+
+
+async def test_response_ids_outside_the_vocabulary_are_not_stored(store: Store) -> None:
+    bad = response("resp_1")
+    with pytest.raises(InvalidTokenIdError):
+        await store.put_response(StoredResponse(**{**bad.__dict__,
+                                                   "output_ids": [SMOLLM2_VOCAB]}))
+    assert await store.get_response(ALICE, "resp_1") is None

@@ -61,3 +61,35 @@ def test_sigkill_in_a_burst_of_stores_loses_no_acknowledged_record(tmp_path: Pat
                     sent["choices"][0]["token_ids"]
     finally:
         server.stop()
+
+
+def test_a_conversation_by_id_survives_a_sigkill(tmp_path: Path) -> None:
+    """Responses answered before a SIGKILL read back after the restart, and the conversation
+    goes on from their exact ids (the official SDK, `previous_response_id` only)."""
+    import openai
+
+    store = tmp_path / "records.sqlite3"
+    server = tokenwire_upstream(tmp_path, env={"TOKENWIRE_STORAGE": str(store)})
+    ids: Any = ["input.token_ids", "output.token_ids"]
+    try:
+        with openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0) as c:
+            first = c.responses.create(model=MODEL, input="Name a colour.", temperature=0,
+                                       max_output_tokens=6, include=ids)
+            second = c.responses.create(model=MODEL, input="And another?", temperature=0,
+                                        max_output_tokens=6, include=ids,
+                                        previous_response_id=first.id)
+        server.kill()
+        assert server.proc is not None and server.proc.returncode == -9
+        server.start()
+        with openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0) as c:
+            for sent in (first, second):
+                got = c.responses.retrieve(sent.id)
+                assert (got.output_text, got.usage) == (sent.output_text, sent.usage)
+            third = c.responses.create(model=MODEL, input="Thanks.", temperature=0,
+                                       max_output_tokens=6, include=ids,
+                                       previous_response_id=second.id)
+        kept = (second.model_extra or {})["input_token_ids"] + [
+            t for item in second.output for t in (item.model_extra or {})["token_ids"]]
+        assert (third.model_extra or {})["input_token_ids"][:len(kept)] == kept
+    finally:
+        server.stop()

@@ -97,3 +97,25 @@ async def test_a_store_newer_than_this_code_is_refused(store_url: str) -> None:
             await store.documents("")
     finally:
         await store.aclose()
+
+
+async def test_upgrade_from_version_3_keeps_completions_and_adds_responses(
+        store_url: str) -> None:
+    await _migrate(store_url, MIGRATIONS[:3])
+    prompt, width = pack([1, 2, 3], 49_152)
+    out, _ = pack([4, 5], 49_152)
+    raw(store_url, "INSERT INTO completions (owner, id, model, created, tokenizer_version, "
+        "template_version, vocab_size, width, prompt_ids, request, response, metadata, "
+        "output_ids, output_lengths, spans) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        ("o", "c-v3", "m", 5, "tv", "tpl", 49_152, width, prompt, "{}", "{}", "{}", out, "[2]",
+         "[[0,1,2]]"))
+    store = open_store(store_url)
+    try:
+        old = await store.get_completion("o", "c-v3")
+        assert old is not None and (old.prompt_ids, old.output_ids, old.spans) == \
+            ([1, 2, 3], [[4, 5]], [(0, 1, 2)])
+        assert await store.get_response("o", "resp_1") is None  # the new table, empty
+    finally:
+        await store.aclose()
+    assert raw(store_url, "SELECT version FROM schema_version") == [(LATEST,)]
+    assert LATEST == 4

@@ -286,9 +286,15 @@ class ResponsesRequest(RequestModel):
     stream: bool | None = None
     stream_options: dict[str, Any] | None = None
     """`include_obfuscation` accepted: events never carry an `obfuscation` field."""
-    # accepted and ignored: they cannot change the output
     store: bool | None = None
-    """Nothing is stored: a response cannot be fetched or continued by id later."""
+    """Keep the response (OpenAI's default: true where the server has storage), to be read
+    back (`GET /v1/responses/{id}`) and continued (`previous_response_id`). On a server without
+    storage, omitted means not kept and true is refused."""
+    previous_response_id: str | None = None
+    """Continue a kept response of this API key: the prompt starts with that response's exact
+    prompt and sampled ids (the history is not sent again). Its tools are kept (send the same,
+    or none); its `instructions` are not carried over."""
+    # accepted and ignored: they cannot change the output
     metadata: dict[str, str] | None = None
     """Echoed in the response."""
     user: str | None = None
@@ -299,7 +305,6 @@ class ResponsesRequest(RequestModel):
     max_tool_calls: int | None = None
     """Limits built-in tool calls, of which there are none here."""
     # OpenAI fields tokenwire does not implement: a non-neutral value is refused by name
-    previous_response_id: str | None = None
     conversation: Any = None
     background: bool | None = None
     prompt: Any = None
@@ -311,7 +316,6 @@ class ResponsesRequest(RequestModel):
 
     unsupported: ClassVar[dict[str, tuple[Any, ...]]] = {
         # field -> values that mean "feature off"
-        "previous_response_id": (None,),
         "conversation": (None,),
         "background": (None, False),
         "prompt": (None,),
@@ -420,12 +424,12 @@ class Response(ResponseModel):
     top_p: float | None = None
     top_logprobs: int | None = None
     max_output_tokens: int | None = None
-    previous_response_id: None = None
+    previous_response_id: str | None = None
     reasoning: dict[str, Any] = Field(default_factory=lambda: {"effort": None, "summary": None})
     text: dict[str, Any] = Field(default_factory=lambda: {"format": {"type": "text"}})
     truncation: Literal["disabled"] = "disabled"
     store: bool = False
-    """Always false: nothing is stored."""
+    """Whether the response is kept (readable and continuable by its id)."""
     metadata: dict[str, str] = Field(default_factory=dict)
     user: str | None = None
     usage: ResponseUsage | None = None

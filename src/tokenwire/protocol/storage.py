@@ -1,4 +1,5 @@
-"""What the server keeps: stored chat completions (OpenAI's endpoints) and documents held as ids.
+"""What the server keeps: stored chat completions and responses (OpenAI's endpoints) and
+documents held as ids.
 
 Every read takes `format`: "text" (decoded where only ids were kept), "tokens" (the ids, with
 their `tokenizer_version`, no text), or "both"; without it a record comes back as it was sent.
@@ -16,6 +17,7 @@ from .common import MAX_METADATA_PAIRS, Metadata, TokenId
 
 __all__ = [
     "DeletedCompletion",
+    "DeletedResponse",
     "Document",
     "DocumentCreated",
     "DocumentQuery",
@@ -26,6 +28,7 @@ __all__ = [
     "Metadata",
     "NewDocument",
     "ReadFormat",
+    "ResponseItemList",
     "StoredCompletionList",
     "StoredMessage",
     "StoredMessageList",
@@ -34,6 +37,26 @@ __all__ = [
 
 ReadFormat = Literal["text", "tokens", "both"]
 
+
+
+# -- stored responses -------------------------------------------------------------------------
+
+
+class DeletedResponse(ResponseModel):
+    id: str
+    object: Literal["response"] = "response"
+    deleted: bool
+
+
+class ResponseItemList(ResponseModel):
+    """`GET /v1/responses/{id}/input_items`: the response's own input items, as sent, each
+    with an `id` (the server's where the item had none)."""
+
+    object: Literal["list"] = "list"
+    data: list[dict[str, Any]]
+    first_id: str | None
+    last_id: str | None
+    has_more: bool
 
 
 # -- stored chat completions ------------------------------------------------------------------

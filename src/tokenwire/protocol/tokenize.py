@@ -47,6 +47,9 @@ class TokenizeRequest(RequestModel):
     `messages`, whose template is parsed and contents are text, as chat renders them."""
     add_generation_prompt: bool = True
     """For `messages`: end with the assistant turn's opening, as the chat endpoint does."""
+    continue_final_message: bool = False
+    """For `messages`: end inside the last message (no end of turn), as chat's field; needs
+    `add_generation_prompt: false` (vLLM's)."""
     return_token_strs: bool = False
 
 

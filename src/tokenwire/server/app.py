@@ -15,6 +15,7 @@ from ..config import LOOPBACK_HOSTS, Settings
 from ..errors import SetupError
 from ..metrics import Metrics
 from ..policy import load_policy
+from ..serving.anthropic import MessagesService
 from ..serving.chat import ChatService
 from ..serving.completions import CompletionService
 from ..serving.control import ControlService
@@ -25,6 +26,7 @@ from ..serving.loader import load_models
 from ..serving.models import ModelRegistry
 from ..serving.responses import ResponsesService
 from ..serving.stored import StoredCompletions
+from ..serving.stored_responses import StoredResponses
 from ..serving.tokenize import TokenizeService
 from ..storage import Store, open_store
 from ..tokenizers.registry import TokenizerRegistry
@@ -51,6 +53,9 @@ def create_app(settings: Settings | None = None, *, models: ModelRegistry | None
     metrics = Metrics()  # this app's own registry: apps in one process never share series
     for m in models.all():
         metrics.attach(m.id, m.engine)
+    # the store opens on its first use (the file, or the pool and the migrations): the
+    # services get it at construction, and the end of lifespan closes it
+    store = _open_store(settings)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -70,11 +75,6 @@ def create_app(settings: Settings | None = None, *, models: ModelRegistry | None
                 metrics.attach(loaded.id, loaded.engine)
         for m in models.all():
             await m.engine.start()
-        store = _open_store(settings)
-        if store is not None:
-            app.state.stored = app.state.chat.stored = StoredCompletions(store, tokenizers)
-            app.state.documents = app.state.chat.documents = DocumentService(store, models,
-                                                                             tokenizers)
         trim_heap()
         refresh = asyncio.create_task(_refresh(metrics)) if metrics.shared else None
         try:
@@ -103,13 +103,20 @@ def create_app(settings: Settings | None = None, *, models: ModelRegistry | None
     app.state.tokenizers = tokenizers
     app.state.metrics = metrics
     guard = Guard(settings, load_policy(settings.content_policy))
-    app.state.chat = ChatService(models, tokenizers, settings, guard, metrics)
+    app.state.stored = StoredCompletions(store, tokenizers) if store is not None else None
+    app.state.documents = DocumentService(store, models, tokenizers) \
+        if store is not None else None
+    app.state.chat = ChatService(models, tokenizers, settings, guard, metrics,
+                                 stored=app.state.stored, documents=app.state.documents)
     app.state.completions = CompletionService(models, tokenizers, settings, guard, metrics)
     app.state.generate = GenerateService(models, tokenizers, settings, guard, metrics)
-    app.state.responses = ResponsesService(models, tokenizers, settings, guard, metrics)
+    app.state.responses = ResponsesService(
+        models, tokenizers, settings, guard, metrics, chat=app.state.chat,
+        stored=StoredResponses(store) if store is not None else None)
     app.state.tokenize = TokenizeService(models, tokenizers, settings, guard)
+    app.state.messages = MessagesService(models, tokenizers, settings, guard, metrics,
+                                         chat=app.state.chat, tokenize=app.state.tokenize)
     app.state.control = ControlService(models, settings)
-    app.state.stored = app.state.documents = None  # until the store is open (lifespan)
     return app
 
 

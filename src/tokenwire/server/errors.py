@@ -1,4 +1,5 @@
-"""The single place where exceptions become HTTP responses, always in OpenAI's error shape."""
+"""The single place where exceptions become HTTP responses: in OpenAI's error shape, but on
+Anthropic's Messages API (`/v1/messages...`) in Anthropic's."""
 
 from __future__ import annotations
 
@@ -14,19 +15,26 @@ from ..errors import (
     NotFoundError,
     TokenwireError,
 )
+from ..serving.anthropic import error_body
 
 __all__ = ["exception_handlers", "render_error"]
 
 log = logging.getLogger(__name__)
 
 
-def render_error(exc: TokenwireError) -> Response:
-    return JSONResponse(exc.to_body(), status_code=exc.status_code, headers=exc.headers or None)
+def _anthropic(path: str) -> bool:
+    return path == "/v1/messages" or path.startswith("/v1/messages/")
+
+
+def render_error(exc: TokenwireError, path: str = "") -> Response:
+    """The error's answer to a request for `path`."""
+    body = error_body(exc).model_dump(mode="json") if _anthropic(path) else exc.to_body()
+    return JSONResponse(body, status_code=exc.status_code, headers=exc.headers or None)
 
 
 async def _tokenwire(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, TokenwireError)
-    return render_error(exc)
+    return render_error(exc, request.url.path)
 
 
 async def _http(request: Request, exc: Exception) -> Response:
@@ -40,13 +48,13 @@ async def _http(request: Request, exc: Exception) -> Response:
         err = NotFoundError(f"no route {where}")
     else:
         err = InvalidRequestError(str(exc.detail))
-    return render_error(err)
+    return render_error(err, request.url.path)
 
 
 async def _unexpected(request: Request, exc: Exception) -> Response:
     log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
     return render_error(TokenwireError(f"internal error: {type(exc).__name__}",
-                                       code="internal_error"))
+                                       code="internal_error"), request.url.path)
 
 
 exception_handlers = {

@@ -73,8 +73,8 @@ class RequestMetrics:
 
 
 class ApiKeyAuth:
-    """`Authorization: Bearer <key>` on every route but the open ones, when keys are
-    configured."""
+    """`Authorization: Bearer <key>` (or Anthropic's `x-api-key: <key>`) on every route but the
+    open ones, when keys are configured."""
 
     def __init__(self, app: ASGIApp, keys: list[str]):
         self.app = app
@@ -95,7 +95,10 @@ class ApiKeyAuth:
         if scope["type"] != "http" or not self._keys:
             await self.app(scope, receive, send)
             return
-        header = dict(scope["headers"]).get(b"authorization", b"")
+        headers = dict(scope["headers"])
+        header = headers.get(b"authorization", b"")
+        if not header and b"x-api-key" in headers:  # Anthropic's clients' way
+            header = b"Bearer " + headers[b"x-api-key"]
         key = self._match(header)
         path = scope["path"]
         if path in OPEN_PATHS or path.startswith(OPEN_PREFIXES):
@@ -107,7 +110,7 @@ class ApiKeyAuth:
         if key is None:
             msg = ("Missing API key: send Authorization: Bearer <key>" if not header
                    else "Incorrect API key provided")
-            await render_error(AuthenticationError(msg))(scope, receive, send)
+            await render_error(AuthenticationError(msg), path)(scope, receive, send)
             return
         scope.setdefault("state", {})[API_KEY_STATE] = key.decode()  # who is asking, for serving
         await self.app(scope, receive, send)
@@ -129,7 +132,7 @@ class BodyLimit:
             return
         length = dict(scope["headers"]).get(b"content-length")
         if length is not None and (not length.isdigit() or int(length) > self.max_bytes):
-            await render_error(self._too_large())(scope, receive, send)
+            await render_error(self._too_large(), scope["path"])(scope, receive, send)
             return
         seen = 0
 

@@ -23,6 +23,14 @@ from starlette.routing import BaseRoute, Route
 
 from .. import __version__
 from ..engines.base import CONTROL_OPS
+from ..protocol.anthropic import (
+    AnthropicErrorBody,
+    CountTokensRequest,
+    CountTokensResponse,
+    Message,
+    MessagesRequest,
+    MessageStreamEvent,
+)
 from ..protocol.chat import ChatCompletion, ChatCompletionChunk, ChatCompletionRequest
 from ..protocol.common import ErrorResponse, ModelCard, ModelList, Version
 from ..protocol.completions import Completion, CompletionChunk, CompletionRequest
@@ -33,11 +41,13 @@ from ..protocol.responses import Response as Response_
 from ..protocol.responses import ResponsesRequest, ResponseStreamEvent
 from ..protocol.storage import (
     DeletedCompletion,
+    DeletedResponse,
     Document,
     DocumentCreated,
     DocumentSearchRequest,
     DocumentSearchResults,
     NewDocument,
+    ResponseItemList,
     StoredCompletionList,
     StoredMessageList,
     UpdateCompletion,
@@ -74,8 +84,10 @@ class Endpoint:
     """The stream's events are typed (`event: <type>` before each `data:`, no `[DONE]`): the
     Responses API's."""
     errors: tuple[int, ...] = ()
-    """Statuses answered with an ErrorResponse, besides 401 (every route but /health, when keys
+    """Statuses answered with an error body, besides 401 (every route but /health, when keys
     are set) and 413 (every body)."""
+    error: type[BaseModel] = ErrorResponse
+    """The error body's shape: OpenAI's, or Anthropic's on its Messages API."""
     response_status: tuple[int, ...] = (200,)
     raw: Mapping[str, Any] = field(default_factory=dict)
     """OpenAPI response objects by status, for bodies no wire model describes."""
@@ -83,7 +95,8 @@ class Endpoint:
     """A request body that works on the default model (/docs' "Try it out" starts from it)."""
 
     def models(self) -> list[type[BaseModel]]:
-        return [m for m in (self.request, self.response, self.stream) if m is not None]
+        return [m for m in (self.request, self.response, self.stream, self.error)
+                if m is not None]
 
 
 # what any route that admits work on a model may answer: a bad body, an unknown model, a full
@@ -128,6 +141,16 @@ ENDPOINTS: dict[tuple[str, str], Endpoint] = {
         stream=ResponseStreamEvent, typed_events=True, errors=_GENERATION,
         example={"model": _MODEL, "input": "Say only: yes", "max_output_tokens": 8,
                  "include": ["output.token_ids"]}),
+    ("POST", "/v1/messages"): Endpoint(
+        "Anthropic's Messages API (plus token ids in and out); errors in Anthropic's shape",
+        MessagesRequest, Message, stream=MessageStreamEvent, typed_events=True,
+        errors=_GENERATION, error=AnthropicErrorBody,
+        example={"model": _MODEL, "max_tokens": 8, "response_format_tokens": True,
+                 "messages": [{"role": "user", "content": "Say only: yes"}]}),
+    ("POST", "/v1/messages/count_tokens"): Endpoint(
+        "Anthropic's token count: the prompt /v1/messages would run", CountTokensRequest,
+        CountTokensResponse, errors=_TOKENIZE, error=AnthropicErrorBody,
+        example={"model": _MODEL, "messages": [{"role": "user", "content": "Say only: yes"}]}),
     ("GET", "/metrics"): Endpoint("Prometheus metrics", raw={"200": {
         "description": "Prometheus' text exposition format",
         "content": {"text/plain": {"schema": {"type": "string"}}}}}),
@@ -173,6 +196,14 @@ ENDPOINTS: dict[tuple[str, str], Endpoint] = {
         errors=(400, 404), example={"metadata": {"label": "kept"}}),
     ("DELETE", "/v1/chat/completions/{completion_id}"): Endpoint(
         "Delete a stored chat completion", response=DeletedCompletion, errors=(400, 404)),
+    ("GET", "/v1/responses/{response_id}"): Endpoint(
+        "A stored response, as it went out; query include[] (input.token_ids adds the prompt)",
+        response=Response_, errors=(400, 404)),
+    ("DELETE", "/v1/responses/{response_id}"): Endpoint(
+        "Delete a stored response", response=DeletedResponse, errors=(400, 404)),
+    ("GET", "/v1/responses/{response_id}/input_items"): Endpoint(
+        "A stored response's own input items: query after, limit, order (default desc)",
+        response=ResponseItemList, errors=(400, 404)),
     ("GET", "/v1/chat/completions/{completion_id}/messages"): Endpoint(
         "A stored chat completion's messages: query after, limit, order, format",
         response=StoredMessageList, errors=(400, 404)),
@@ -266,7 +297,7 @@ def _operation(route: Route, ep: Endpoint, refs: Mapping[type[Any], Any]) -> dic
         errors.add(413)
     for status in sorted(errors):
         responses[str(status)] = {"description": HTTPStatus(status).phrase,
-                                  "content": {"application/json": json_body(ErrorResponse)}}
+                                  "content": {"application/json": json_body(ep.error)}}
     op: dict[str, Any] = {"summary": ep.summary}
     if doc := inspect.getdoc(route.endpoint):
         op["description"] = doc

@@ -1,8 +1,9 @@
-"""Routes of what the server keeps: stored chat completions (OpenAI's endpoints) and documents.
+"""Routes of what the server keeps: stored chat completions and responses (OpenAI's endpoints)
+and documents.
 
-Reads take `?format=text|tokens|both`; lists take OpenAI's `after`, `limit`, `order` (and, for
-completions, `model` and `metadata[KEY]=VALUE`). Query parameters are checked like bodies: an
-unknown one or a bad value is a 400 naming it.
+Reads take `?format=text|tokens|both` (a response: OpenAI's `include[]`); lists take OpenAI's
+`after`, `limit`, `order` (and, for completions, `model` and `metadata[KEY]=VALUE`). Query
+parameters are checked like bodies: an unknown one or a bad value is a 400 naming it.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from ..protocol.storage import (
 )
 from ..serving.documents import DocumentService
 from ..serving.stored import StoredCompletions
+from ..serving.stored_responses import StoredResponses
 from ._json import ModelResponse
 from .middleware import caller_of
 from .validation import parse_body
@@ -33,10 +35,13 @@ __all__ = ["record_routes"]
 
 
 def _query(request: Request, allowed: Iterable[str]) -> dict[str, str]:
-    """Single-valued query parameters, each one known (`metadata[...]` kept as it is)."""
+    """Single-valued query parameters, each one known (`metadata[...]` kept as it is; the
+    repeated `include[]` is read by `_include`)."""
     known = set(allowed)
     out: dict[str, str] = {}
     for key, value in request.query_params.multi_items():
+        if key == "include[]" and key in known:
+            continue
         if "\x00" in key or "\x00" in value:
             raise InvalidRequestError("query parameters cannot hold NUL characters",
                                       param=key.replace("\x00", ""))
@@ -87,10 +92,23 @@ def _metadata(q: dict[str, str]) -> dict[str, str] | None:
     return pairs or None
 
 
+def _include(request: Request) -> list[str]:
+    """OpenAI's `include[]=a&include[]=b` (how its SDK sends a list)."""
+    return request.query_params.getlist("include[]")
+
+
 def _stored(request: Request) -> StoredCompletions:
     stored: StoredCompletions | None = request.app.state.stored
     if stored is None:
         raise UnsupportedParameterError("this server keeps no records (no storage)",
+                                        param="store")
+    return stored
+
+
+def _responses(request: Request) -> StoredResponses:
+    stored: StoredResponses | None = request.app.state.responses.stored
+    if stored is None:
+        raise UnsupportedParameterError("this server keeps no responses (no storage)",
                                         param="store")
     return stored
 
@@ -138,6 +156,29 @@ async def completion_messages(request: Request) -> Response:
         _path(request, "completion_id"), caller_of(request), fmt=_format(q), **_page(q)))
 
 
+# -- stored responses -------------------------------------------------------------------------
+
+
+async def get_response(request: Request) -> Response:
+    # `include_obfuscation` only concerns a stream, which a stored read is not
+    _query(request, ("include[]", "include_obfuscation"))
+    return ModelResponse(await _responses(request).get(
+        _path(request, "response_id"), caller_of(request), _include(request)))
+
+
+async def delete_response(request: Request) -> Response:
+    _query(request, ())
+    return ModelResponse(await _responses(request).delete(
+        _path(request, "response_id"), caller_of(request)))
+
+
+async def response_input_items(request: Request) -> Response:
+    q = _query(request, ("after", "limit", "order"))
+    return ModelResponse(await _responses(request).input_items(
+        _path(request, "response_id"), caller_of(request),
+        **_page({"order": "desc", **q})))  # OpenAI's default order here
+
+
 # -- documents --------------------------------------------------------------------------------
 
 
@@ -166,6 +207,9 @@ record_routes = [
     Route("/v1/chat/completions/{completion_id}", delete_completion, methods=["DELETE"]),
     Route("/v1/chat/completions/{completion_id}/messages", completion_messages,
           methods=["GET"]),
+    Route("/v1/responses/{response_id}", get_response, methods=["GET"]),
+    Route("/v1/responses/{response_id}", delete_response, methods=["DELETE"]),
+    Route("/v1/responses/{response_id}/input_items", response_input_items, methods=["GET"]),
     Route("/v1/documents", create_document, methods=["POST"]),
     Route("/v1/documents/search", search_documents, methods=["POST"]),
     Route("/v1/documents/{document_id}", get_document, methods=["GET"]),

@@ -14,6 +14,7 @@ from starlette.routing import Route
 
 from .. import __version__
 from ..metrics import CONTENT_TYPE, Metrics
+from ..protocol.anthropic import CountTokensRequest, MessagesRequest
 from ..protocol.chat import ChatCompletionRequest
 from ..protocol.common import ModelCard, ModelList, Version
 from ..protocol.completions import CompletionRequest
@@ -26,6 +27,7 @@ from ..protocol.tokenize import (
     TokenizerList,
     TranslateRequest,
 )
+from ..serving.anthropic import MessagesService
 from ..serving.chat import ChatService
 from ..serving.completions import CompletionService
 from ..serving.generate import GenerateService
@@ -119,8 +121,24 @@ async def responses(request: Request) -> Response:
     """OpenAI's Responses API, run on the chat service (typed SSE events when streaming)."""
     req = parse_body(await request.body(), ResponsesRequest)
     service: ResponsesService = request.app.state.responses
-    return await _respond(request, bool(req.stream), lambda: service.stream(req),
-                          lambda: service.create(req), frames=sse_typed_events)
+    caller = caller_of(request)
+    return await _respond(request, bool(req.stream), lambda: service.stream(req, caller),
+                          lambda: service.create(req, caller), frames=sse_typed_events)
+
+
+async def messages(request: Request) -> Response:
+    """Anthropic's Messages API, run on the chat service (its typed SSE events when streaming)."""
+    req = parse_body(await request.body(), MessagesRequest)
+    service: MessagesService = request.app.state.messages
+    caller = caller_of(request)
+    return await _respond(request, req.stream, lambda: service.stream(req, caller),
+                          lambda: service.create(req, caller), frames=sse_typed_events)
+
+
+async def count_tokens(request: Request) -> Response:
+    req = parse_body(await request.body(), CountTokensRequest)
+    service: MessagesService = request.app.state.messages
+    return ModelResponse(await asyncio.to_thread(service.count_tokens, req, caller_of(request)))
 
 
 async def render_chat(request: Request) -> Response:
@@ -242,6 +260,8 @@ routes = [
     Route("/v1/chat/completions", chat_completions, methods=["POST"]),
     Route("/v1/chat/completions/render", render_chat, methods=["POST"]),
     Route("/v1/responses", responses, methods=["POST"]),
+    Route("/v1/messages", messages, methods=["POST"]),
+    Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
     Route("/v1/completions", completions, methods=["POST"]),
     Route("/inference/v1/generate", generate, methods=["POST"]),
     Route("/v1/tokenize", tokenize, methods=["POST"]),

@@ -17,6 +17,7 @@ from ..config import Settings
 from ..engines.base import TokenEvent
 from ..engines.upstream.grammar import structural_tag
 from ..errors import InvalidRequestError, UnsupportedParameterError
+from ..metrics import Metrics
 from ..protocol.chat import (
     ChatChoice,
     ChatChunkChoice,
@@ -32,6 +33,7 @@ from ..protocol.render import RenderResponse
 from ..protocol.tools import DeltaFunction, DeltaToolCall, ResponseFunction, ResponseToolCall
 from ..storage import StoredCompletion
 from ..tokenizers.conversions import Reason, conversion_reason
+from ..tokenizers.registry import TokenizerRegistry
 from .checks import check_generation_request
 from .documents import DocumentService
 from .generation import (
@@ -42,6 +44,7 @@ from .generation import (
     run_choices,
     wire_spans,
 )
+from .guard import Guard
 from .logprobs import chat_logprobs, prompt_logprobs
 from .messages import (
     Conversation,
@@ -51,6 +54,7 @@ from .messages import (
     render_messages,
     template_variables,
 )
+from .models import ModelRegistry
 from .output import Delta
 from .plan import (
     ANONYMOUS,
@@ -60,6 +64,7 @@ from .plan import (
     check_engine_features,
     check_sampling_mask,
 )
+from .prefix import PromptPrefix, continued
 from .sampling import (
     VllmParams,
     choice_params,
@@ -73,7 +78,7 @@ from .tokens import IdSpan, TokenSpace, check_id_range
 from .toolformat import HERMES
 from .toolparser import CallPiece, ParsedDelta, ToolCallParser
 
-__all__ = ["ChatPlan", "ChatService"]
+__all__ = ["ChatPlan", "ChatService", "PromptPrefix"]
 
 
 @dataclass(kw_only=True)
@@ -187,8 +192,19 @@ def _text_reason(req: ChatCompletionRequest, constraints: Constraints) -> Reason
 
 
 class ChatService(GenerationService):
-    def plan(self, req: ChatCompletionRequest, caller: Caller = ANONYMOUS) -> ChatPlan:
-        """Everything checked and the prompt built; nothing has reached the engine yet."""
+    def __init__(self, models: ModelRegistry, tokenizers: TokenizerRegistry, settings: Settings,
+                 guard: Guard, metrics: Metrics, *, stored: StoredCompletions | None = None,
+                 documents: DocumentService | None = None):
+        super().__init__(models, tokenizers, settings, guard, metrics)
+        self.stored = stored
+        self.documents = documents
+        """Without a store (both None), `store` and documents are refused."""
+
+    def plan(self, req: ChatCompletionRequest, caller: Caller = ANONYMOUS, *,
+             prefix: PromptPrefix | None = None) -> ChatPlan:
+        """Everything checked and the prompt built; nothing has reached the engine yet.
+        `prefix` (the Responses API's `previous_response_id`, never on the wire): the leading
+        messages stand for a stored turn, whose exact ids the prompt starts with."""
         _check_shape(req, self._settings)
         model = self._models.get(req.model)
         check_engine_features(model, logprobs=req.logprobs,
@@ -204,12 +220,18 @@ class ChatService(GenerationService):
         warnings = self._guard.check_conversation(req.messages, req.tools or [], space,
                                                   caller.api_key)
         template = model.chat_template()
-        conv = render_messages(req.messages, space, template, tools=req.tools or [],
+        how: dict[str, Any] = dict(
+            tools=req.tools or [],
+            variables=template_variables(req.chat_template_kwargs, template),
+            control_ids=self._settings.allow_special_token_ids
+            or self._settings.raw_prompts_allowed(caller.api_key))
+        conv = render_messages(req.messages, space, template,
                                add_generation_prompt=req.add_generation_prompt,
-                               continue_final=req.continue_final_message,
-                               variables=template_variables(req.chat_template_kwargs, template),
-                               control_ids=self._settings.allow_special_token_ids
-                               or self._settings.raw_prompts_allowed(caller.api_key))
+                               continue_final=req.continue_final_message, **how)
+        if prefix is not None:
+            head = render_messages(req.messages[:prefix.messages], space, template,
+                                   add_generation_prompt=False, **how)
+            conv = continued(prefix, conv, head)
         requested = req.max_completion_tokens or req.max_tokens
         prompt = truncate_prompt(conv.ids, req.truncate_prompt_tokens, req.truncation_side,
                                  max_model_len=model.max_model_len,
@@ -310,10 +332,6 @@ class ChatService(GenerationService):
             sampled_mask=plan.conv.sampled, warnings=plan.warnings)
 
     # -- what the server keeps: documents in, completions out -----------------------------------
-
-    documents: DocumentService | None = None
-    stored: StoredCompletions | None = None
-    """Set by the app when it has a store; without one, `store` and documents are refused."""
 
     async def _planned(self, req: ChatCompletionRequest, caller: Caller) -> ChatPlan:
         """The plan of `req` once its `input_document` blocks are spliced in from storage."""

@@ -6,6 +6,11 @@ No HTTP here. `create` and `stream` share one assembler (`items.ItemAssembler`),
 response is exactly the last state of the stream for the same seed: the same items, split the
 same way, with the same ids.
 
+With a store, a response is kept (`store`, OpenAI's default) before the client hears it is
+done: a whole one before it is returned, a stream's before its last lifecycle event (a stream
+that fails or is cut short is not kept). `previous_response_id` continues a kept one from its
+exact ids (stored_responses.py).
+
 Errors before the first event are plain HTTP errors (`stream` returns its iterator only once
 the request is admitted); an error after it ends the stream with `response.failed`, whose
 `response.error` is the error's body (the lifecycle needs the response built so far, which
@@ -20,7 +25,12 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 from ..config import Settings
-from ..errors import TokenwireError
+from ..errors import (
+    InvalidRequestError,
+    StorageError,
+    TokenwireError,
+    UnsupportedParameterError,
+)
 from ..metrics import Metrics
 from ..protocol.common import Usage
 from ..protocol.responses import (
@@ -31,14 +41,16 @@ from ..protocol.responses import (
     ResponseEvent,
     ResponsesRequest,
 )
+from ..storage import StoredResponse
 from ..tokenizers.registry import TokenizerRegistry
 from .chat import ChatPlan, ChatService
 from .generation import ChoiceUpdate
 from .guard import Guard
 from .items import ItemAssembler, new_id
 from .models import ModelRegistry
-from .plan import GenerationService, run_whole
+from .plan import ANONYMOUS, Caller, GenerationService, run_whole
 from .responses_input import ParamMap, to_chat_request
+from .stored_responses import StoredResponses, continue_from, previous_turn
 
 __all__ = ["ResponsesService"]
 
@@ -50,7 +62,7 @@ def _dump(value: Any) -> Any:
         else value
 
 
-def _response(req: ResponsesRequest, plan: ChatPlan) -> Response:
+def _response(req: ResponsesRequest, plan: ChatPlan, store: bool) -> Response:
     """The response before its output: what the request asked for, as OpenAI echoes it."""
     r = Response(
         id=plan.id, created_at=plan.created, status="in_progress", model=plan.model.id,
@@ -66,7 +78,7 @@ def _response(req: ResponsesRequest, plan: ChatPlan) -> Response:
         text={"format": _dump(req.text.format)} if req.text is not None
         and req.text.format is not None else {"format": {"type": "text"}},
         metadata=req.metadata or {}, user=req.user,
-        warnings=plan.warnings,
+        warnings=plan.warnings, store=store, previous_response_id=req.previous_response_id,
     )
     if req.includes(OUTPUT_TOKEN_IDS):
         r.tokenizer_version = plan.space.client.version
@@ -79,20 +91,56 @@ def _response(req: ResponsesRequest, plan: ChatPlan) -> Response:
 
 class ResponsesService(GenerationService):
     def __init__(self, models: ModelRegistry, tokenizers: TokenizerRegistry, settings: Settings,
-                 guard: Guard, metrics: Metrics):
+                 guard: Guard, metrics: Metrics, *, chat: ChatService,
+                 stored: StoredResponses | None = None):
         super().__init__(models, tokenizers, settings, guard, metrics)
-        self._chat = ChatService(models, tokenizers, settings, guard, metrics)
+        self._chat = chat
+        self.stored = stored
+        """None without a store: `store: true` and `previous_response_id` are refused."""
 
-    def plan(self, req: ResponsesRequest) -> tuple[ChatPlan, ParamMap]:
-        """The chat plan of the request (every check done); errors name Responses fields."""
+    def plan(self, req: ResponsesRequest, caller: Caller = ANONYMOUS,
+             previous: StoredResponse | None = None,
+             ) -> tuple[ChatPlan, ParamMap, ResponsesRequest]:
+        """The chat plan of the request (every check done), errors named as Responses fields;
+        `previous`: the response it continues. Also the request as it runs (a continuation
+        keeps the previous tools)."""
+        if previous is not None:
+            req = previous_turn(previous, req, self._models.get(req.model))
         chat_req, pm = to_chat_request(req)
+        prefix = None
+        if previous is not None:
+            chat_req, prefix = continue_from(previous, chat_req, pm)
         try:
-            plan = self._chat.plan(chat_req)
+            plan = self._chat.plan(chat_req, caller, prefix=prefix)
         except TokenwireError as exc:
             pm.translate(exc)
             raise
         plan.id = new_id("resp")
-        return plan, pm
+        return plan, pm, req
+
+    def _stores(self, req: ResponsesRequest) -> bool:
+        """`store`: OpenAI's default (true) where there is a store; refused by name where
+        there is none and the client asked for it."""
+        if req.store and self.stored is None:
+            raise UnsupportedParameterError("this server keeps no records (no storage)",
+                                            param="store")
+        return self.stored is not None and req.store is not False
+
+    async def _planned(self, req: ResponsesRequest, caller: Caller,
+                       ) -> tuple[ChatPlan, ParamMap, ResponsesRequest, bool]:
+        store = self._stores(req)
+        previous = None
+        if req.previous_response_id is not None:
+            if self.stored is None:
+                raise UnsupportedParameterError(
+                    "this server keeps no responses (no storage) to continue",
+                    param="previous_response_id")
+            if "\x00" in req.previous_response_id:  # in no id, nor a PostgreSQL string
+                raise InvalidRequestError("ids cannot hold NUL characters",
+                                          param="previous_response_id")
+            previous = await self.stored.previous(req.previous_response_id, caller)
+        plan, pm, req = await self._prepare(self.plan, req, caller, previous)
+        return plan, pm, req, store
 
     async def _updates(self, plan: ChatPlan, pm: ParamMap) -> AsyncGenerator[ChoiceUpdate, None]:
         try:
@@ -101,33 +149,44 @@ class ResponsesService(GenerationService):
             pm.translate(exc)
             raise
 
-    def _assembler(self, req: ResponsesRequest, plan: ChatPlan) -> ItemAssembler:
-        return ItemAssembler(plan, plan.parser(), _response(req, plan),
+    def _assembler(self, req: ResponsesRequest, plan: ChatPlan, store: bool) -> ItemAssembler:
+        return ItemAssembler(plan, plan.parser(), _response(req, plan, store),
                              ids=req.includes(OUTPUT_TOKEN_IDS), logprobs=req.includes(LOGPROBS))
 
-    async def create(self, req: ResponsesRequest) -> Response:
-        plan, pm = await self._prepare(self.plan, req)
+    async def create(self, req: ResponsesRequest, caller: Caller = ANONYMOUS) -> Response:
+        plan, pm, req, store = await self._planned(req, caller)
 
-        async def run() -> Response:
-            asm = self._assembler(req, plan)
+        async def run() -> tuple[Response, list[int]]:
+            asm = self._assembler(req, plan, store)
+            sampled: list[int] = []  # the model's own ids, whatever the response shows
             updates = await self._updates(plan, pm)
             async with contextlib.aclosing(updates):
                 async for u in updates:
                     asm.push(u)
+                    sampled += u.delta.ids
                     if u.finish_reason is not None:
                         self._served(plan, asm.usage(u))
-            return asm.response
+            return asm.response, sampled
 
-        return await run_whole(run)
+        response, sampled = await run_whole(run)
+        if store:
+            assert self.stored is not None
+            await self.stored.keep(plan, req, response, sampled, caller)
+        return response
 
-    async def stream(self, req: ResponsesRequest) -> AsyncIterator[ResponseEvent]:
-        plan, pm = await self._prepare(self.plan, req)
+    async def stream(self, req: ResponsesRequest,
+                     caller: Caller = ANONYMOUS) -> AsyncIterator[ResponseEvent]:
+        plan, pm, req, store = await self._planned(req, caller)
         updates = await self._updates(plan, pm)
-        return self._events(self._assembler(req, plan), plan, updates)
+        keep = (req, caller) if store else None
+        return self._events(self._assembler(req, plan, store), plan, updates, keep)
 
     async def _events(self, asm: ItemAssembler, plan: ChatPlan,
                       updates: AsyncGenerator[ChoiceUpdate, None],
+                      keep: tuple[ResponsesRequest, Caller] | None = None,
                       ) -> AsyncIterator[ResponseEvent]:
+        """The stream; `keep`: the request and its caller, to store the response before its
+        last lifecycle event goes out (a failed write fails the response instead)."""
         seq = 0
 
         def numbered(events: list[ResponseEvent]) -> list[ResponseEvent]:
@@ -138,15 +197,27 @@ class ResponsesService(GenerationService):
             return events
 
         counted = False
+        sampled: list[int] = []
         try:
             for ev in numbered(asm.start()):
                 yield ev
             try:
                 async for u in updates:
                     events = asm.push(u)
+                    sampled += u.delta.ids
                     if u.finish_reason is not None:
                         self._served(plan, asm.usage(u))
                         counted = True
+                        if keep is not None and self.stored is not None:
+                            *events, done = events  # held until the record is durable
+                            for ev in numbered(events):
+                                yield ev
+                            sent, caller = keep
+                            try:
+                                await self.stored.keep(plan, sent, asm.response, sampled, caller)
+                            except StorageError as exc:
+                                done = asm.fail(exc)[0]
+                            events = [done]
                     for ev in numbered(events):
                         yield ev
             except TokenwireError as exc:

@@ -59,7 +59,8 @@ _KNOWN_INCLUDES = (LOGPROBS, OUTPUT_TOKEN_IDS, INPUT_TOKEN_IDS)
 
 @dataclass
 class ParamMap:
-    """Where each chat message came from in the Responses request."""
+    """Where each chat message came from in the request (Responses' by default; the Messages
+    API fills in its own names)."""
 
     messages: list[str] = field(default_factory=list)
     """Per chat message: its item's path (`instructions`, `input`, `input[3]`)."""
@@ -67,24 +68,29 @@ class ParamMap:
     """Per chat message: what its `content` is called there (`content`, `output`, "")."""
     calls: dict[int, list[str]] = field(default_factory=dict)
     """Per assistant message: the path of each of its `tool_calls`."""
+    blocks: dict[int, list[int]] = field(default_factory=dict)
+    """Per chat message whose content blocks were renumbered: each block's index there."""
 
-    _TOP = (("max_completion_tokens", "max_output_tokens"),
-            ("response_format.json_schema.schema", "text.format.schema"),
-            ("response_format", "text.format"), ("logprobs", "include"))
-    _CALL = ((".function.arguments", ".arguments"), (".function.name", ".name"),
-             (".function", ""), (".id", ".call_id"))
+    top: tuple[tuple[str, str], ...] = (
+        (r"messages", "input"), (r"tools\[(\d+)\]\.function", r"tools[\1]"),
+        (r"max_completion_tokens", "max_output_tokens"),
+        (r"response_format\.json_schema\.schema", "text.format.schema"),
+        (r"response_format", "text.format"), (r"logprobs", "include"))
+    """Chat's other params, as patterns matched at the start up to a `.` or `[`, and their
+    names here (the first that matches)."""
+
+    call: tuple[tuple[str, str], ...] = (
+        (".function.arguments", ".arguments"), (".function.name", ".name"), (".function", ""),
+        (".id", ".call_id"))
+    """A tool call's fields and their names here."""
 
     def rename(self, param: str) -> str:
         m = re.match(r"messages\[(\d+)\](.*)$", param, re.S)
         if m is None:
-            if param == "messages":
-                return "input"
-            m = re.match(r"tools\[(\d+)\]\.function(.*)$", param, re.S)
-            if m is not None:
-                return f"tools[{m[1]}]{m[2]}"
-            for old, new in self._TOP:
-                if param == old or param.startswith(old + "."):
-                    return new + param[len(old):]
+            for pattern, name in self.top:
+                t = re.match(pattern + r"(?=$|[.\[])", param)
+                if t is not None:
+                    return t.expand(name) + param[t.end():]
             return param
         i, rest = int(m[1]), m[2]
         if i >= len(self.messages):
@@ -92,14 +98,18 @@ class ParamMap:
         c = re.match(r"\.tool_calls\[(\d+)\](.*)$", rest, re.S)
         if c is not None and int(c[1]) < len(self.calls.get(i, [])):
             tail = c[2]
-            for old, new in self._CALL:
+            for old, new in self.call:
                 if tail.startswith(old):
                     tail = new + tail[len(old):]
                     break
             return self.calls[i][int(c[1])] + tail
         if rest.startswith(".content"):
             name = self.content[i]
-            rest = (f".{name}" if name else "") + rest[len(".content"):]
+            rest = rest[len(".content"):]
+            b = re.match(r"\[(\d+)\](.*)$", rest, re.S)
+            if b is not None and i in self.blocks and int(b[1]) < len(self.blocks[i]):
+                rest = f"[{self.blocks[i][int(b[1])]}]{b[2]}"
+            rest = (f".{name}" if name else "") + rest
         return self.messages[i] + rest
 
     def translate(self, exc: TokenwireError) -> TokenwireError:

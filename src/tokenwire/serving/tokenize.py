@@ -110,6 +110,11 @@ class TokenizeService:
                 "parse_special applies to a prompt; messages are rendered as chat renders "
                 "them (the template's markers parsed, contents as text)",
                 param="parse_special", code="invalid_value")
+        if req.continue_final_message and (req.add_generation_prompt or req.messages is None):
+            raise InvalidRequestError(
+                "continue_final_message continues the last of the messages; it needs them and "
+                "add_generation_prompt false", param="continue_final_message",
+                code="invalid_value")
         spans = message_id_spans(req.messages) if req.messages is not None else []
         space, model = self._target(req.model, req.tokenizer_version, carries_ids=bool(spans))
         entry = space.model
@@ -123,6 +128,7 @@ class TokenizeService:
             s = self._settings
             conv = render_messages(req.messages, space, template, tools=req.tools or [],
                                    add_generation_prompt=req.add_generation_prompt,
+                                   continue_final=req.continue_final_message,
                                    control_ids=s.allow_special_token_ids
                                    or s.raw_prompts_allowed(caller.api_key))
             ids = conv.ids

@@ -1,4 +1,4 @@
-"""Stored chat completions and documents, kept as packed token ids (see base.py).
+"""Stored chat completions, responses and documents, kept as packed token ids (see base.py).
 
 `open_store` picks the backend from the `storage` setting: a SQLite file (the default), or a
 PostgreSQL database shared by several gateways.
@@ -9,11 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from .. import errors
-from .base import Document, Page, Store, StoredCompletion, owner_of
+from .base import Document, Page, Store, StoredCompletion, StoredResponse, owner_of
 from .sqlite import SQLiteStore
 
-__all__ = ["Document", "Page", "SQLiteStore", "Store", "StoredCompletion", "open_store",
-           "owner_of"]
+__all__ = ["Document", "Page", "SQLiteStore", "Store", "StoredCompletion", "StoredResponse",
+           "open_store", "owner_of"]
 
 _SQLITE_SCHEME = "sqlite://"
 _POSTGRES_SCHEMES = ("postgresql://", "postgres://")

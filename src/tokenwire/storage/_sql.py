@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from ..errors import InvalidRequestError
 from ._packing import pack, unpack
-from .base import Document, StoredCompletion
+from .base import Document, StoredCompletion, StoredResponse
 
 
 @dataclass(frozen=True)
@@ -80,11 +80,34 @@ MIGRATIONS: list[tuple[str, ...]] = [
     ("ALTER TABLE completions ADD COLUMN output_ids {blob}",
      "ALTER TABLE completions ADD COLUMN output_lengths TEXT",
      "ALTER TABLE completions ADD COLUMN spans TEXT"),
+    # 4: Responses API responses (`store`), read and continued by id (OpenAI lists none, so
+    # UNIQUE (owner, id) is their one index)
+    ("""CREATE TABLE responses (
+        seq {serial},
+        owner TEXT NOT NULL,
+        id TEXT NOT NULL,
+        model TEXT NOT NULL,
+        created BIGINT NOT NULL,
+        tokenizer_version TEXT NOT NULL,
+        template_version TEXT,
+        vocab_size BIGINT NOT NULL,
+        width SMALLINT NOT NULL,
+        prompt_ids {blob} NOT NULL,
+        output_ids {blob} NOT NULL,
+        previous_id TEXT,
+        messages TEXT NOT NULL,
+        input_items TEXT NOT NULL,
+        request TEXT NOT NULL,
+        response TEXT NOT NULL,
+        UNIQUE (owner, id))""",),
 ]
 """Step n brings the schema from version n - 1 to n, in one transaction. Append; never edit."""
 
 _COMPLETION = ("owner, id, model, created, tokenizer_version, template_version, vocab_size, "
                "width, prompt_ids, request, response, metadata, output_ids, output_lengths, spans")
+_RESPONSE = ("owner, id, model, created, tokenizer_version, template_version, vocab_size, "
+             "width, prompt_ids, output_ids, previous_id, messages, input_items, request, "
+             "response")
 _DOCUMENT = "owner, id, created, tokenizer_version, vocab_size, width, ids, count"
 
 INSERT_COMPLETION = (f"INSERT INTO completions ({_COMPLETION}) "
@@ -94,6 +117,10 @@ SEQ_OF_COMPLETION = "SELECT seq FROM completions WHERE owner = ? AND id = ?"
 UPDATE_METADATA = (f"UPDATE completions SET metadata = ? WHERE owner = ? AND id = ? "
                    f"RETURNING {_COMPLETION}")
 DELETE_COMPLETION = "DELETE FROM completions WHERE owner = ? AND id = ?"
+INSERT_RESPONSE = (f"INSERT INTO responses ({_RESPONSE}) "
+                   "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+GET_RESPONSE = f"SELECT {_RESPONSE} FROM responses WHERE owner = ? AND id = ?"
+DELETE_RESPONSE = "DELETE FROM responses WHERE owner = ? AND id = ?"
 INSERT_DOCUMENT = f"INSERT INTO documents ({_DOCUMENT}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 GET_DOCUMENT = f"SELECT {_DOCUMENT} FROM documents WHERE owner = ? AND id = ?"
 LIST_DOCUMENTS = f"SELECT {_DOCUMENT} FROM documents WHERE owner = ? ORDER BY seq"
@@ -164,6 +191,25 @@ def completion_from_row(row: Sequence[Any]) -> StoredCompletion:
         metadata=json.loads(metadata), output_ids=outputs,
         spans=[(i, a, b) for i, a, b in json.loads(spans)] if spans is not None else [],
     )
+
+
+def response_params(r: StoredResponse) -> tuple[Any, ...]:
+    prompt, width = pack(r.prompt_ids, r.vocab_size)
+    out, _ = pack(r.output_ids, r.vocab_size)
+    return (r.owner, r.id, r.model, r.created, r.tokenizer_version, r.template_version,
+            r.vocab_size, width, prompt, out, r.previous_id, dumps(r.messages),
+            dumps(r.input_items), dumps(r.request), dumps(r.response))
+
+
+def response_from_row(row: Sequence[Any]) -> StoredResponse:
+    (owner, id, model, created, tokenizer_version, template_version, vocab_size, width, prompt,
+     out, previous_id, messages, input_items, request, response) = row
+    return StoredResponse(
+        id=id, owner=owner, model=model, created=created, tokenizer_version=tokenizer_version,
+        template_version=template_version, vocab_size=vocab_size,
+        prompt_ids=unpack(bytes(prompt), width), output_ids=unpack(bytes(out), width),
+        messages=json.loads(messages), input_items=json.loads(input_items),
+        request=json.loads(request), response=json.loads(response), previous_id=previous_id)
 
 
 def document_params(d: Document) -> tuple[Any, ...]:

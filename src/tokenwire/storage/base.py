@@ -1,4 +1,5 @@
-"""What the server keeps beyond one request: stored chat completions and documents, as ids.
+"""What the server keeps beyond one request: stored chat completions, stored responses and
+documents, as ids.
 
 `Store` is the one interface; `sqlite.SQLiteStore` (the default: one file, no server) and
 `postgres.PostgresStore` (several gateways, one database) implement it. Every method is scoped
@@ -13,7 +14,7 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-__all__ = ["Document", "Page", "Store", "StoredCompletion", "owner_of"]
+__all__ = ["Document", "Page", "Store", "StoredCompletion", "StoredResponse", "owner_of"]
 
 
 def owner_of(api_key: str | None) -> str:
@@ -60,6 +61,33 @@ class StoredCompletion:
 
 
 @dataclass(frozen=True)
+class StoredResponse:
+    """A Responses API response kept with `store` (its default): what a later request needs to
+    continue it from its exact ids (`previous_response_id`), and what OpenAI's reads return."""
+
+    id: str
+    owner: str
+    model: str
+    created: int
+    tokenizer_version: str
+    template_version: str | None
+    vocab_size: int
+    """Of `tokenizer_version` (see `Document.vocab_size`)."""
+    prompt_ids: list[int]
+    """The prompt as the model read it, in `tokenizer_version`."""
+    output_ids: list[int]
+    """What the model sampled (its stop id excluded), in `tokenizer_version`."""
+    messages: list[dict[str, Any]]
+    """The chat messages the prompt was rendered from (earlier turns' included), as text: what
+    a continuation renders again to find where this turn ends (it never reads their ids)."""
+    input_items: list[dict[str, Any]]
+    """This request's own input items, as sent, each with its assigned `id`."""
+    request: dict[str, Any]
+    response: dict[str, Any]
+    previous_id: str | None = None
+
+
+@dataclass(frozen=True)
 class Page:
     data: list[StoredCompletion]
     has_more: bool
@@ -86,6 +114,12 @@ class Store(Protocol):
         ...
 
     async def delete_completion(self, owner: str, id: str) -> bool: ...
+
+    async def put_response(self, record: StoredResponse) -> None: ...
+
+    async def get_response(self, owner: str, id: str) -> StoredResponse | None: ...
+
+    async def delete_response(self, owner: str, id: str) -> bool: ...
 
     async def put_document(self, document: Document) -> None: ...
 

@@ -20,7 +20,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from ..errors import DuplicateIdError, StorageError, TokenwireError
 from . import _sql
 from ._sql import POSTGRES
-from .base import Document, Page, StoredCompletion
+from .base import Document, Page, StoredCompletion, StoredResponse
 
 __all__ = ["PostgresStore"]
 
@@ -134,6 +134,20 @@ class PostgresStore:
     async def delete_completion(self, owner: str, id: str) -> bool:
         async with self._connection() as conn:
             cur = await conn.execute(_q(_sql.DELETE_COMPLETION), (owner, id))
+        return cur.rowcount > 0
+
+    async def put_response(self, record: StoredResponse) -> None:
+        params = _sql.response_params(record)
+        async with self._connection() as conn:
+            await conn.execute(_q(_sql.INSERT_RESPONSE), params)
+
+    async def get_response(self, owner: str, id: str) -> StoredResponse | None:
+        row = await self._fetchone(_sql.GET_RESPONSE, (owner, id))
+        return None if row is None else _sql.response_from_row(row)
+
+    async def delete_response(self, owner: str, id: str) -> bool:
+        async with self._connection() as conn:
+            cur = await conn.execute(_q(_sql.DELETE_RESPONSE), (owner, id))
         return cur.rowcount > 0
 
     async def put_document(self, document: Document) -> None:

@@ -12,14 +12,14 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from ..errors import DuplicateIdError, StorageError
 from . import _sql
 from ._sql import SQLITE
-from .base import Document, Page, StoredCompletion
+from .base import Document, Page, StoredCompletion, StoredResponse
 
 __all__ = ["SQLiteStore"]
 
@@ -73,8 +73,9 @@ class SQLiteStore:
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="tokenwire-sqlite")
         self._conn: sqlite3.Connection | None = None
         self._closed = False
-        # the first job on the thread; every later call queues behind it
-        self._opened = self._executor.submit(self._open)
+        self._opened: Future[None] | None = None
+        """Opening the file: the first job on the thread, submitted by the first call (an app
+        built and never started opens nothing); every later call queues behind it."""
 
     def _open(self) -> None:
         try:
@@ -92,6 +93,7 @@ class SQLiteStore:
         self._conn = conn
 
     def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        assert self._opened is not None
         self._opened.result()  # done (this thread ran it first); raises what opening raised
         assert self._conn is not None
         try:
@@ -102,6 +104,8 @@ class SQLiteStore:
             raise StorageError(f"the store {str(self.path)!r} failed: {exc}") from exc
 
     async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        if self._opened is None:
+            self._opened = self._executor.submit(self._open)
         return await asyncio.get_running_loop().run_in_executor(self._executor, self._call, fn)
 
     async def put_completion(self, record: StoredCompletion) -> None:
@@ -149,6 +153,19 @@ class SQLiteStore:
             lambda c: c.execute(_q(_sql.DELETE_COMPLETION), (owner, id)).rowcount)
         return n > 0
 
+    async def put_response(self, record: StoredResponse) -> None:
+        params = _sql.response_params(record)
+        await self._run(lambda c: c.execute(_q(_sql.INSERT_RESPONSE), params))
+
+    async def get_response(self, owner: str, id: str) -> StoredResponse | None:
+        row = await self._run(
+            lambda c: c.execute(_q(_sql.GET_RESPONSE), (owner, id)).fetchone())
+        return None if row is None else _sql.response_from_row(row)
+
+    async def delete_response(self, owner: str, id: str) -> bool:
+        n = await self._run(lambda c: c.execute(_q(_sql.DELETE_RESPONSE), (owner, id)).rowcount)
+        return n > 0
+
     async def put_document(self, document: Document) -> None:
         params = _sql.document_params(document)
         await self._run(lambda c: c.execute(_q(_sql.INSERT_DOCUMENT), params))
@@ -171,6 +188,9 @@ class SQLiteStore:
         if self._closed:
             return
         self._closed = True
+        if self._opened is None:  # never used: nothing to close
+            self._executor.shutdown(wait=False)
+            return
         try:
             await self._run(close)
         except StorageError:
