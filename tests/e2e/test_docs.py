@@ -84,8 +84,22 @@ def matches(expected: Any, actual: Any, where: str = "$") -> None:
         assert expected == actual, f"{where}: {actual!r} != {expected!r}"
 
 
+PYTHON = [code for doc in DOCS[:1] for lang, _, code in FENCE.findall(doc.read_text())
+          if lang == "python"]
+"""api.md's Python examples (rl.md's are excerpts of docs/examples/rl_loop.py, which
+tests/e2e/test_rl_loop.py runs)."""
+
+
 def test_the_docs_have_examples() -> None:
     assert len(EXAMPLES) >= 10
+    assert len(PYTHON) >= 2
+
+
+@pytest.mark.parametrize("code", PYTHON, ids=[f"python{i}" for i in range(len(PYTHON))])
+def test_doc_python_example(live_server: LiveServer, code: str) -> None:
+    """Run as written (its `assert`s are the test), the base URL the live server's."""
+    code = code.replace("http://127.0.0.1:8000", live_server.url)
+    exec(compile(code, str(DOCS[0]), "exec"), {})
 
 
 def _scores_prompt(body: Any) -> bool:

@@ -233,7 +233,21 @@ async def test_count_tokens_is_the_prompt_messages_runs(
     ({"temperature": 1.5}, "temperature", "invalid_value"),
     ({"thinking": {"type": "enabled", "budget_tokens": 1024}}, "thinking",
      "unsupported_parameter"),
-    ({"tools": [{**WEATHER, "type": "web_search_20250305"}]}, "tools[0].type", "invalid_value"),
+    ({"tools": [{"type": "web_search_20250305", "name": "web_search", "max_uses": 3}]},
+     "tools[0].type", "unsupported_parameter"),
+    ({"tools": [{**WEATHER, "defer_loading": True}]}, "tools[0].defer_loading",
+     "unsupported_parameter"),
+    ({"tool_choice": {"type": "tool"}, "tools": [WEATHER]}, "tool_choice.name",
+     "missing_required_parameter"),
+    ({"tool_choice": {"type": "sometimes"}}, "tool_choice", "invalid_value"),
+    ({"messages": [{"role": "user", "content": []}]}, "messages[0].content", "invalid_value"),
+    ({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": [
+        {"type": "tool_use", "id": "t", "name": "get_weather", "input": {}}]}],
+      "tools": [WEATHER]}, "messages[1].content[0]", "invalid_value"),
+    ({"messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t",
+                                                 "content": "x", "toolset_name": "mcp"}]}]},
+     "messages[0].content[0].toolset_name", "unsupported_parameter"),
+    ({"output_config": {"effort": "high"}}, "output_config.effort", "unsupported_parameter"),
     ({"tool_choice": {"type": "any"}}, "tool_choice", "invalid_value"),
     ({"tool_choice": {"type": "tool", "name": "nope"}, "tools": [WEATHER]}, "tool_choice.name",
      "invalid_value"),
@@ -245,7 +259,8 @@ async def test_count_tokens_is_the_prompt_messages_runs(
      "messages[0].content[0].token_ids", "invalid_value"),
     ({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": [
         {"type": "text", "text": "a", "token_ids": [1]},
-        {"type": "tool_use", "id": "t", "name": "get_weather", "input": {}}]}]},
+        {"type": "tool_use", "id": "t", "name": "get_weather", "input": {}}]},
+        {"role": "user", "content": "more"}]},
      "messages[1].content[1].token_ids", "invalid_value"),
     ({"unknown_field": 1}, "unknown_field", "unknown_parameter"),
 ])
@@ -317,3 +332,55 @@ async def test_is_error_results_are_rendered_and_said_in_a_warning(
     m = (await post(client, {**body, "tools": [WEATHER]})).json()
     assert [w["code"] for w in m["warnings"]] == ["tool_error_not_rendered"]
     assert m["warnings"][0]["param"] == "messages[2].content[0].is_error"
+
+
+async def test_fields_the_sdk_may_send_that_change_nothing_are_accepted(
+        client: httpx.AsyncClient) -> None:
+    body = req(diagnostics={"x": 1}, service_tier="auto", metadata={"user_id": "u1"},
+               thinking={"type": "disabled"}, speed="standard", cache_control={
+                   "type": "ephemeral"},
+               tools=[{**WEATHER, "eager_input_streaming": True, "defer_loading": False,
+                       "allowed_callers": ["direct"], "input_examples": [],
+                       "cache_control": {"type": "ephemeral"}, "type": "custom",
+                       "strict": True}])
+    body["messages"] = [
+        {"role": "user", "content": [{"type": "text", "text": "Weather?",
+                                      "cache_control": {"type": "ephemeral"}}]},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t1",
+                                           "name": "get_weather", "input": {"city": "Paris"},
+                                           "caller": {"type": "direct"}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1",
+                                      "content": "Sunny.", "toolset_name": None}]}]
+    r = await post(client, body)
+    assert r.status_code == 200, r.text
+    count = await post(client, {"model": MODEL, "messages": body["messages"],
+                                "speed": "standard", "tools": body["tools"]},
+                       "/v1/messages/count_tokens")
+    assert count.status_code == 200, count.text
+
+
+async def test_a_stop_sequence_that_cuts_a_call_is_no_tool_use(
+        client: httpx.AsyncClient, tok: HFTokenizer, fake_engine: FakeEngine) -> None:
+    """A client must never be told to run a call half written."""
+    fake_engine.script = tok.encode(OUTPUT)
+    m = (await post(client, req("Weather?", tools=[WEATHER],
+                                stop_sequences=["Paris"]))).json()
+    assert (m["stop_reason"], m["stop_sequence"]) == ("stop_sequence", "Paris")
+    m = (await post(client, req("Weather?", tools=[WEATHER]))).json()
+    assert (m["stop_reason"], m["stop_sequence"]) == ("tool_use", None)
+
+
+async def test_an_id_error_in_an_assistant_turn_names_its_block(
+        client: httpx.AsyncClient, tok: HFTokenizer) -> None:
+    version = (await client.get(f"/v1/models/{MODEL}")).json()["tokenizer_version"]
+    body = req(tokenizer_version=version, tools=[WEATHER])
+    body["messages"] = [
+        {"role": "user", "content": "Weather?"},
+        {"role": "assistant", "content": [
+            {"type": "text", "text": "Checking.", "token_ids": tok.encode("Checking.")},
+            {"type": "tool_use", "id": "t1", "name": "get_weather", "input": {"city": "X"},
+             "token_ids": [5, tok.vocab_size]}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1",
+                                      "content": "x"}]}]
+    assert error(await post(client, body))[1:] == (
+        "invalid_token_id", "messages[1].content[1].token_ids[1]")

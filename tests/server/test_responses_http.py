@@ -282,6 +282,15 @@ def second_version(registry: TokenizerRegistry) -> str:
     (req(max_output_tokens=0), ("invalid_value", "max_output_tokens")),
     (req(max_output_tokens=10**6), ("context_length_exceeded", "max_output_tokens")),
     (req(tools=[{**TOOL, "name": "bad name"}]), ("invalid_value", "tools[0].name")),
+    (req([{"role": "user", "content": "a", "id": "msg_1"},
+          {"role": "user", "content": "b", "id": "msg_1"}]), ("invalid_value", "input[1].id")),
+    # an assistant turn's ids are its items' ids one after another: an error names the item
+    (req([{"role": "user", "content": "hi"},
+          {"type": "message", "role": "assistant", "content": "a", "token_ids": [5]},
+          {"type": "function_call", "call_id": "c1", "name": "get_weather",
+           "arguments": "{}", "token_ids": [1, 10**6]},
+          {"type": "function_call_output", "call_id": "c1", "output": "x"}],
+         tokenizer_version="smollm2-49k"), ("invalid_token_id", "input[2].token_ids[1]")),
 ])
 async def test_bad_requests_name_the_field(client: httpx.AsyncClient, fake_engine: FakeEngine,
                                            payload: dict[str, Any],

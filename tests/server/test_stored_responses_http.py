@@ -11,11 +11,13 @@ import httpx
 import pytest
 
 from tests.conftest import serve_in_process
-from tests.fakes import MODEL, FakeEngine
+from tests.fakes import MODEL, FakeEngine, other_tokenizer
 from tests.server.test_tools_http import OUTPUT, WEATHER
 from tokenwire.errors import StorageError
 from tokenwire.storage import StoredResponse
 from tokenwire.tokenizers.hf import HFTokenizer
+from tokenwire.tokenizers.registry import TokenizerRegistry
+from tokenwire.tokenizers.translate import translator
 
 pytestmark = pytest.mark.anyio
 
@@ -148,10 +150,11 @@ async def test_a_tool_round_trip_by_id(make_app: Any, fake_engine: FakeEngine,
                                           "previous_response_id": first["id"],
                                           "tools": [{**TOOL, "name": "other"}]})
         assert error(r) == ("invalid_value", "tools")
-        r = await c.post(RESPONSES, json={"model": MODEL, "input": results,
-                                          "previous_response_id": first["id"],
-                                          "tokenizer_fallback": "translate"})
-        assert error(r) == ("unsupported_parameter", "tokenizer_fallback")
+        # the fallback applies only where versions differ: here nothing is translated
+        again = await create(c, input=results, previous_response_id=first["id"], include=IDS,
+                             tokenizer_fallback="translate")
+        assert again["input_token_ids"] == second["input_token_ids"]
+        assert "warnings" not in again
 
 
 async def test_another_key_never_sees_a_response(make_app: Any) -> None:
@@ -191,6 +194,43 @@ async def test_a_record_of_another_tokenizer_version_is_refused_by_name(
     r = await client.post(RESPONSES, json={"model": MODEL, "input": "and?",
                                            "previous_response_id": "resp_old"})
     assert error(r) == ("tokenizer_version_mismatch", "previous_response_id")
+    # a version this server does not have cannot be translated either
+    r = await client.post(RESPONSES, json={"model": MODEL, "input": "and?",
+                                           "previous_response_id": "resp_old",
+                                           "tokenizer_fallback": "translate"})
+    assert error(r) == ("tokenizer_version_mismatch", "previous_response_id")
+    await store.put_response(StoredResponse(**{**record.__dict__, "id": "resp_tmpl",
+                                               "template_version": "other"}))
+    r = await client.post(RESPONSES, json={"model": MODEL, "input": "and?",
+                                           "previous_response_id": "resp_tmpl",
+                                           "tokenizer_fallback": "translate"})
+    assert error(r) == ("invalid_value", "previous_response_id")
+
+
+async def test_a_record_of_another_known_version_is_continued_through_translate(
+        app: Any, client: httpx.AsyncClient, registry: TokenizerRegistry,
+        tok: HFTokenizer) -> None:
+    """The model was re-pinned since: its kept ids are translated (with a warning), or the
+    continuation is refused by name."""
+    first = await create(client, input="Hi", include=IDS)
+    store = app.state.responses.stored._store
+    record = await store.get_response("", first["id"])
+    other = registry.register(other_tokenizer(), aliases=["tiny"])
+    old = other.tokenizer
+    prompt = old.encode(tok.decode(record.prompt_ids))
+    sampled = old.encode(tok.decode(record.output_ids))
+    await store.put_response(StoredResponse(**{
+        **record.__dict__, "id": "resp_other", "tokenizer_version": other.version,
+        "vocab_size": old.vocab_size, "prompt_ids": prompt, "output_ids": sampled}))
+    r = await client.post(RESPONSES, json={"model": MODEL, "input": "and?",
+                                           "previous_response_id": "resp_other"})
+    assert error(r) == ("tokenizer_version_mismatch", "previous_response_id")
+    got = await create(client, input="and?", previous_response_id="resp_other", include=IDS,
+                       tokenizer_fallback="translate")
+    assert [w["code"] for w in got["warnings"]] == ["previous_response_translated"]
+    tr = translator(old, tok)
+    kept = tr.translate(prompt).token_ids + tr.translate(sampled).token_ids
+    assert got["input_token_ids"][:len(kept)] == kept
 
 
 async def events(client: httpx.AsyncClient, payload: dict[str, Any]) -> list[dict[str, Any]]:

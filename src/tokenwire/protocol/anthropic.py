@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import Discriminator, Field, RootModel, Tag
+from pydantic import ConfigDict, Discriminator, Field, RootModel, Tag
 
 from ._base import RequestModel, ResponseModel
 from .common import ResponseWarning, TokenId, WeightVersionSpan
@@ -43,6 +43,7 @@ __all__ = [
     "MessageStreamEvent",
     "MessagesRequest",
     "PingEvent",
+    "ServerTool",
     "StopReason",
     "TextContent",
     "TextDelta",
@@ -101,6 +102,11 @@ class ToolUseParam(RequestModel):
     token_ids: list[TokenId] | None = None
     """As a response returned them: the call's ids (its syntax included), used verbatim."""
     cache_control: dict[str, Any] | None = None
+    caller: dict[str, Any] | None = None
+    toolset_name: str | None = None
+
+    unsupported: ClassVar[dict[str, tuple[Any, ...]]] = {
+        "caller": (None, {"type": "direct"}), "toolset_name": (None,)}
 
 
 def _result_tag(v: Any) -> str | None:
@@ -123,6 +129,9 @@ class ToolResultParam(RequestModel):
     is_error: bool | None = None
     """Rendered as the result's text says it; the chat template has no field for it."""
     cache_control: dict[str, Any] | None = None
+    toolset_name: str | None = None
+
+    unsupported: ClassVar[dict[str, tuple[Any, ...]]] = {"toolset_name": (None,)}
 
 
 def _block_tag(v: Any) -> str | None:
@@ -156,10 +165,42 @@ class AnthropicTool(RequestModel):
     input_schema: dict[str, Any]
     description: str | None = None
     type: Literal["custom"] | None = None
-    """Client tools only: Anthropic's server tools (bash, web search...) do not run here."""
     strict: bool | None = None
     """Accepted: a forced call's input always follows `input_schema` here."""
     cache_control: dict[str, Any] | None = None
+    eager_input_streaming: bool | None = None
+    """Accepted: a call's input always streams as it is sampled."""
+    defer_loading: bool | None = None
+    allowed_callers: list[str] | None = None
+    input_examples: list[Any] | None = None
+
+    unsupported: ClassVar[dict[str, tuple[Any, ...]]] = {
+        "defer_loading": (None, False), "allowed_callers": (None, ["direct"]),
+        "input_examples": (None, [])}
+
+
+class ServerTool(RequestModel):
+    """Anthropic's server tools (bash, web search, ...): they run on Anthropic's side, not
+    here; refused by name (`tools[i].type`)."""
+
+    model_config = ConfigDict(extra="allow")
+    type: str
+
+
+def _tool_tag(v: Any) -> str:
+    kind = v.get("type") if isinstance(v, dict) else getattr(v, "type", None)
+    return "~custom" if kind in (None, "custom") else "~server"
+
+
+ToolSpec = Annotated[
+    Annotated[AnthropicTool, Tag("~custom")] | Annotated[ServerTool, Tag("~server")],
+    Discriminator(_tool_tag),
+]
+
+
+def _choice_tag(v: Any) -> str | None:
+    kind = v.get("type") if isinstance(v, dict) else getattr(v, "type", None)
+    return f"~{kind}" if kind in ("auto", "any", "tool", "none") else None
 
 
 class _ToolChoiceAuto(RequestModel):
@@ -182,8 +223,13 @@ class _ToolChoiceNone(RequestModel):
     type: Literal["none"]
 
 
-ToolChoice = Annotated[_ToolChoiceAuto | _ToolChoiceAny | _ToolChoiceTool | _ToolChoiceNone,
-                       Field(discriminator="type")]
+ToolChoice = Annotated[
+    Annotated[_ToolChoiceAuto, Tag("~auto")] | Annotated[_ToolChoiceAny, Tag("~any")]
+    | Annotated[_ToolChoiceTool, Tag("~tool")] | Annotated[_ToolChoiceNone, Tag("~none")],
+    Discriminator(_choice_tag, custom_error_type="invalid_tool_choice",
+                  custom_error_message="tool_choice type must be 'auto', 'any', 'tool' or "
+                                       "'none'"),
+]
 
 
 class _Metadata(RequestModel):
@@ -210,14 +256,18 @@ class CountTokensRequest(RequestModel):
     ids belong to; required when it sends ids."""
     messages: list[AnthropicMessage]
     system: _str_or_list(SystemBlock) | None = None  # type: ignore[valid-type]
-    tools: list[AnthropicTool] | None = None
+    tools: list[ToolSpec] | None = None
     tool_choice: ToolChoice | None = None
+    """Checked by /v1/messages; a count reads it not (it does not change the prompt)."""
     thinking: dict[str, Any] | None = None
     cache_control: dict[str, Any] | None = None
     output_config: _OutputConfig | None = None
+    """Checked by /v1/messages; a count reads it not (it does not change the prompt)."""
+    speed: str | None = None
 
     unsupported: ClassVar[dict[str, tuple[Any, ...]]] = {
         "thinking": (None, {"type": "disabled"}),
+        "speed": (None, "standard"),
     }
 
 
@@ -242,12 +292,12 @@ class MessagesRequest(CountTokensRequest):
     """`prompt_token_ids` on the message (and on `message_start`'s)."""
     # accepted and ignored: they cannot change the output
     service_tier: str | None = None
+    diagnostics: Any = None
     # Anthropic's fields tokenwire does not implement: a non-neutral value is refused by name
     container: Any = None
     mcp_servers: list[Any] | None = None
     context_management: Any = None
     inference_geo: str | None = None
-    speed: str | None = None
 
     unsupported: ClassVar[dict[str, tuple[Any, ...]]] = {
         **CountTokensRequest.unsupported,
@@ -255,7 +305,6 @@ class MessagesRequest(CountTokensRequest):
         "mcp_servers": (None, []),
         "context_management": (None,),
         "inference_geo": (None,),
-        "speed": (None, "standard"),
     }
 
 

@@ -164,8 +164,8 @@ class _Blocks:
                                              token_ids=item.token_ids))
         if warnings:
             m.warnings = [*(m.warnings or []), *warnings]
-        m.stop_reason, m.stop_sequence = _stop_reason(
-            u, any(isinstance(b, ToolUseContent) for b in m.content))
+        calls = any(isinstance(b, ToolUseContent) for b in m.content)
+        m.stop_reason, m.stop_sequence = _stop_reason(u, calls, complete=calls and not warnings)
         cached = u.cached_tokens
         m.usage = AnthropicUsage(input_tokens=len(self._plan.prompt) - (cached or 0),
                                  output_tokens=u.n_sampled, cache_read_input_tokens=cached)
@@ -182,20 +182,23 @@ class _Blocks:
         return Usage.of(len(self._plan.prompt), u.n_sampled, u.cached_tokens)
 
 
-def _stop_reason(u: ChoiceUpdate, calls: bool) -> tuple[StopReason, str | None]:
-    """vLLM's mapping (`_to_anthropic_stop_reason`), and a control-plane abort is a paused turn
-    (the client may continue it: a last assistant message is continued)."""
+def _stop_reason(u: ChoiceUpdate, calls: bool, *, complete: bool,
+                 ) -> tuple[StopReason, str | None]:
+    """vLLM's mapping (`_to_anthropic_stop_reason`): calls made are `tool_use`, but a stop
+    string that cut one short is `stop_sequence` (a client must not run a call half written);
+    and a control-plane abort is a paused turn (the client may continue it: a last assistant
+    message is continued)."""
     if u.finish_reason == "length":
         return "max_tokens", None
     if u.finish_reason == "content_filter":
         return "refusal", None
     if u.finish_reason == "abort":
         return "pause_turn", None
-    if calls:
+    if complete:
         return "tool_use", None
     if isinstance(u.stop_reason, str):
         return "stop_sequence", u.stop_reason
-    return "end_turn", None
+    return ("tool_use" if calls else "end_turn"), None
 
 
 class MessagesService(GenerationService):

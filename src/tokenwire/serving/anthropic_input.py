@@ -16,11 +16,14 @@ from __future__ import annotations
 
 import json
 
+from pydantic import BaseModel
+
 from ..errors import InvalidRequestError, UnsupportedParameterError
 from ..protocol.anthropic import (
     AnthropicMessage,
     CountTokensRequest,
     MessagesRequest,
+    ServerTool,
     TextParam,
     TokenIdsParam,
     ToolResultParam,
@@ -67,14 +70,26 @@ def _block(b: TextParam | TokenIdsParam) -> ContentBlock:
     return TextBlock(type="text", text=b.text)
 
 
+def _neutral(model: BaseModel, path: str) -> None:
+    """A field of `model` tokenwire does not implement holds a value that leaves it off."""
+    for name, neutral in getattr(model, "unsupported", {}).items():
+        if getattr(model, name) not in neutral:
+            raise UnsupportedParameterError(f"{name!r} is not supported by this server",
+                                            param=f"{path}.{name}")
+
+
 def _check_text(b: TextParam, path: str, *, assistant: bool) -> None:
-    if b.citations:
-        raise UnsupportedParameterError("citations are not supported by this server",
-                                        param=f"{path}.citations")
+    _neutral(b, path)
     if b.token_ids is not None and not assistant:
         raise InvalidRequestError(
             "only an assistant message's blocks may carry token_ids; send other ids as a "
             "token_ids block", param=f"{path}.token_ids", code="invalid_value")
+
+
+def _some(m: AnthropicMessage, path: str) -> None:
+    if m.content == []:
+        raise InvalidRequestError("a message needs content (a string or blocks)",
+                                  param=f"{path}.content", code="invalid_value")
 
 
 class _Messages:
@@ -104,6 +119,7 @@ class _Messages:
         self.add(ChatMessage(role="system", content=[_block(b) for b in system]), "system", "")
 
     def user(self, m: AnthropicMessage, path: str) -> None:
+        _some(m, path)
         if isinstance(m.content, str):
             self.add(ChatMessage(role="user", content=m.content), path, "content")
             return
@@ -130,6 +146,7 @@ class _Messages:
         flush()
 
     def _result(self, b: ToolResultParam, path: str) -> None:
+        _neutral(b, path)
         content: str | list[ContentBlock]
         if b.content is None or isinstance(b.content, str):
             content = b.content or ""
@@ -143,7 +160,8 @@ class _Messages:
         self.add(ChatMessage(role="tool", tool_call_id=b.tool_use_id, content=content), path,
                  "content")
 
-    def assistant(self, m: AnthropicMessage, path: str) -> None:
+    def assistant(self, m: AnthropicMessage, path: str, *, last: bool) -> None:
+        _some(m, path)
         if isinstance(m.content, str):
             self.add(ChatMessage(role="assistant", content=m.content), path, "content")
             return
@@ -156,6 +174,12 @@ class _Messages:
                 raise InvalidRequestError("tool_result blocks belong to user messages",
                                           param=f"{at}.type", code="invalid_value")
             if isinstance(b, ToolUseParam):
+                _neutral(b, at)
+                if last:
+                    raise InvalidRequestError(
+                        "a last assistant message is continued (prefill); a tool call in it "
+                        "cannot be: send its tool_result after it", param=at,
+                        code="invalid_value")
                 calls.append(ToolCall(id=b.id, function=FunctionCall(
                     name=b.name, arguments=json.dumps(b.input, ensure_ascii=False))))
                 call_paths.append(at)
@@ -175,8 +199,13 @@ class _Messages:
                         "carries them, as a response returned them",
                         param=f"{path}.content[{j}].token_ids", code="invalid_value")
             blocks = [(j, b) for j, b in blocks if isinstance(b, TextBlock)]
-        ids = [t for b in m.content if with_ids
-               for t in b.token_ids or []]
+        ids: list[int] = []
+        if with_ids:  # where each block's ids start, for errors that name one of them
+            starts = []
+            for j, b in enumerate(m.content):
+                starts.append((len(ids), f"{path}.content[{j}]"))
+                ids += b.token_ids
+            self.pm.ids[len(self.out)] = starts
         content: str | list[ContentBlock] | None = [b for _, b in blocks] or None
         if content and all(isinstance(b, TextBlock) for b in content):
             content = "".join(b.text for b in content)  # type: ignore[union-attr]
@@ -195,23 +224,33 @@ def chat_messages(req: CountTokensRequest) -> tuple[list[ChatMessage], ParamMap,
         raise InvalidRequestError("messages must contain at least one message",
                                   param="messages", code="invalid_value")
     for i, m in enumerate(req.messages):
-        (ms.user if m.role == "user" else ms.assistant)(m, f"messages[{i}]")
+        if m.role == "user":
+            ms.user(m, f"messages[{i}]")
+        else:
+            ms.assistant(m, f"messages[{i}]", last=i == len(req.messages) - 1)
     return ms.out, ms.pm, ms.errors
 
 
 def chat_tools(req: CountTokensRequest) -> tuple[list[Tool] | None, ToolChoice | None, bool]:
     """The tools, the tool choice and whether calls may come in parallel."""
-    tools = [Tool(type="function", function=FunctionDefinition(
-        name=t.name, description=t.description, parameters=t.input_schema, strict=t.strict))
-        for t in req.tools or []] or None
+    tools = []
+    for i, t in enumerate(req.tools or []):
+        if isinstance(t, ServerTool):
+            raise UnsupportedParameterError(
+                f"tool type {t.type!r} is not supported by this server (client tools only: "
+                "'custom')", param=f"tools[{i}].type")
+        _neutral(t, f"tools[{i}]")
+        tools.append(Tool(type="function", function=FunctionDefinition(
+            name=t.name, description=t.description, parameters=t.input_schema,
+            strict=t.strict)))
     c = req.tool_choice
     if c is None:
-        return tools, None, True
+        return tools or None, None, True
     parallel = not getattr(c, "disable_parallel_tool_use", False)
     if c.type == "tool":
-        return tools, NamedToolChoice.model_validate(
+        return tools or None, NamedToolChoice.model_validate(
             {"type": "function", "function": {"name": c.name}}), parallel
-    return tools, _CHOICE[c.type], parallel
+    return tools or None, _CHOICE[c.type], parallel
 
 
 def check_request(req: CountTokensRequest) -> None:
@@ -220,9 +259,8 @@ def check_request(req: CountTokensRequest) -> None:
         if getattr(req, name) not in neutral:
             raise UnsupportedParameterError(f"{name!r} is not supported by this server",
                                             param=name)
-    if req.output_config is not None and req.output_config.effort is not None:
-        raise UnsupportedParameterError("'output_config.effort' is not supported by this "
-                                        "server", param="output_config.effort")
+    if req.output_config is not None:
+        _neutral(req.output_config, "output_config")
 
 
 def is_error_warning(paths: list[str]) -> ResponseWarning:

@@ -104,8 +104,10 @@ class ResponsesService(GenerationService):
         """The chat plan of the request (every check done), errors named as Responses fields;
         `previous`: the response it continues. Also the request as it runs (a continuation
         keeps the previous tools)."""
+        translated = None
         if previous is not None:
-            req = previous_turn(previous, req, self._models.get(req.model))
+            req, previous, translated = previous_turn(previous, req, self._models.get(req.model),
+                                                      self._tokenizers)
         chat_req, pm = to_chat_request(req)
         prefix = None
         if previous is not None:
@@ -116,6 +118,8 @@ class ResponsesService(GenerationService):
             pm.translate(exc)
             raise
         plan.id = new_id("resp")
+        if translated is not None:
+            plan.warnings = [*(plan.warnings or []), translated]
         return plan, pm, req
 
     def _stores(self, req: ResponsesRequest) -> bool:

@@ -70,6 +70,9 @@ class ParamMap:
     """Per assistant message: the path of each of its `tool_calls`."""
     blocks: dict[int, list[int]] = field(default_factory=dict)
     """Per chat message whose content blocks were renumbered: each block's index there."""
+    ids: dict[int, list[tuple[int, str]]] = field(default_factory=dict)
+    """Per assistant message whose `token_ids` are its parts' ids one after another: where
+    each part's ids start there, and the part's path."""
 
     top: tuple[tuple[str, str], ...] = (
         (r"messages", "input"), (r"tools\[(\d+)\]\.function", r"tools[\1]"),
@@ -95,6 +98,11 @@ class ParamMap:
         i, rest = int(m[1]), m[2]
         if i >= len(self.messages):
             return param
+        t = re.match(r"\.token_ids\[(\d+)\](.*)$", rest, re.S)
+        if t is not None and self.ids.get(i):
+            k = int(t[1])
+            start, path = [(a, p) for a, p in self.ids[i] if a <= k][-1]
+            return f"{path}.token_ids[{k - start}]{t[2]}"
         c = re.match(r"\.tool_calls\[(\d+)\](.*)$", rest, re.S)
         if c is not None and int(c[1]) < len(self.calls.get(i, [])):
             tail = c[2]
@@ -146,11 +154,13 @@ class _Turn:
         self.calls: list[ToolCall] = []
         self.call_paths: list[str] = []
         self.ids: list[int] = []
+        self.starts: list[tuple[int, str]] = []
         self.with_ids: list[bool] = []
 
     def add(self, item: MessageItem | FunctionCallItem, path: str) -> None:
         self.paths.append(path)
         self.with_ids.append(item.token_ids is not None)
+        self.starts.append((len(self.ids), path))
         self.ids += item.token_ids or []
         if isinstance(item, MessageItem):
             self.text_path = self.text_path or path
@@ -195,6 +205,7 @@ def _messages(req: ResponsesRequest) -> tuple[list[ChatMessage], ParamMap]:
         nonlocal turn
         if turn is not None:
             pm.calls[len(out)] = turn.call_paths
+            pm.ids[len(out)] = turn.starts
             add(turn.message(), turn.text_path or turn.paths[0], "content")
             turn = None
 
@@ -268,6 +279,13 @@ def check_request(req: ResponsesRequest) -> None:
         if getattr(req, name) not in neutral:
             raise UnsupportedParameterError(f"{name!r} is not supported by this server",
                                             param=name)
+    seen: set[str] = set()
+    for i, item in enumerate(req.input if isinstance(req.input, list) else []):
+        if item.id is not None:  # kept responses list their items by id (`after`)
+            if item.id in seen:
+                raise InvalidRequestError(f"two input items have the id {item.id!r}",
+                                          param=f"input[{i}].id", code="invalid_value")
+            seen.add(item.id)
     for i, entry in enumerate(req.include or []):
         if entry not in _KNOWN_INCLUDES:
             raise UnsupportedParameterError(

@@ -9,11 +9,18 @@ never sent again, nor encoded again.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from ..errors import InvalidRequestError, ResponseNotFoundError, UnsupportedParameterError
+from ..errors import (
+    InvalidRequestError,
+    ResponseNotFoundError,
+    TokenizerVersionMismatchError,
+    UnsupportedParameterError,
+)
 from ..protocol.chat import ChatCompletionRequest, ChatMessage
+from ..protocol.common import ResponseWarning
 from ..protocol.responses import (
     INPUT_TOKEN_IDS,
     FunctionTool,
@@ -25,6 +32,8 @@ from ..protocol.tools import FunctionCall, ToolCall
 from ..storage import Store, StoredResponse
 from ..tokenizers.base import Tokenizer
 from ..tokenizers.conversions import conversion_reason
+from ..tokenizers.registry import TokenizerRegistry
+from ..tokenizers.translate import translator
 from .chat import ChatPlan, PromptPrefix
 from .items import new_id
 from .models import ServedModel
@@ -84,32 +93,53 @@ def _said(record: StoredResponse) -> ChatMessage:
 
 
 def previous_turn(record: StoredResponse, req: ResponsesRequest, model: ServedModel,
-                  ) -> ResponsesRequest:
-    """Check that `req` may continue `record` on `model`; the request with the previous tools
-    when it sent none (they are in the prompt's first turn, which the continuation keeps)."""
-    if record.tokenizer_version != model.tokenizer_entry.version \
-            or record.template_version != model.template_version:
+                  tokenizers: TokenizerRegistry,
+                  ) -> tuple[ResponsesRequest, StoredResponse, ResponseWarning | None]:
+    """Check that `req` may continue `record` on `model`: the request with the previous tools
+    when it sent none (they are in the prompt's first turn, which the continuation keeps), the
+    record with its ids in the model's version (translated, with a warning, when it was kept
+    under another and the request allows `tokenizer_fallback: "translate"`)."""
+    if record.template_version != model.template_version:
         raise InvalidRequestError(
-            f"response {record.id!r} was made under tokenizer version "
-            f"{record.tokenizer_version!r} and template {record.template_version!r}; model "
-            f"{model.id!r} now runs {model.tokenizer_entry.version!r} and "
-            f"{model.template_version!r}, so its ids cannot be continued: send the history "
-            "as input instead", param="previous_response_id", code="tokenizer_version_mismatch")
-    if req.tokenizer_fallback == "translate":
-        raise UnsupportedParameterError(
-            "previous_response_id continues from the model's own ids; it cannot be combined "
-            "with tokenizer_fallback 'translate'", param="tokenizer_fallback")
+            f"response {record.id!r} was rendered with chat template "
+            f"{record.template_version!r}; model {model.id!r} renders with "
+            f"{model.template_version!r}, so a continuation of its ids would mix the two: send "
+            "the history as input instead", param="previous_response_id",
+            code="invalid_value")
+    warning = None
+    if record.tokenizer_version != model.tokenizer_entry.version:
+        source = tokenizers.find(record.tokenizer_version)
+        if req.tokenizer_fallback != "translate" or source is None:
+            raise TokenizerVersionMismatchError(
+                f"response {record.id!r} was kept in tokenizer version "
+                f"{record.tokenizer_version!r}; model {model.id!r} runs "
+                f"{model.tokenizer_entry.version!r}: send tokenizer_fallback 'translate' to "
+                "continue it through text" if source is not None else
+                f"response {record.id!r} was kept in tokenizer version "
+                f"{record.tokenizer_version!r}, which this server no longer has",
+                param="previous_response_id")
+        tr = translator(source.tokenizer, model.tokenizer)
+        prompt, sampled = tr.translate(record.prompt_ids), tr.translate(record.output_ids)
+        record = dataclasses.replace(record, prompt_ids=prompt.token_ids,
+                                     output_ids=sampled.token_ids)
+        warning = ResponseWarning(
+            code="previous_response_translated", param="previous_response_id",
+            message=f"response {record.id!r} was kept in tokenizer version "
+                    f"{record.tokenizer_version!r}; its ids were translated into "
+                    f"{model.tokenizer_entry.version!r} through their bytes ("
+                    + ("lossless" if prompt.lossless and sampled.lossless else
+                       "not lossless: some bytes or control tokens had no counterpart") + ")")
     tools: list[dict[str, Any]] = record.response.get("tools", [])
     if req.tools is None:
         return req.model_copy(update={"tools": [FunctionTool.model_validate(t) for t in tools]
-                                      or None})
+                                      or None}), record, warning
     sent = [t.model_dump(by_alias=True, exclude_none=True) for t in req.tools]
     if sent != tools:
         raise InvalidRequestError(
             "tools are printed at the start of the prompt, which a continuation keeps as it "
             "was: send the previous response's tools, or none (they are kept)", param="tools",
             code="invalid_value")
-    return req
+    return req, record, warning
 
 
 def continue_from(record: StoredResponse, chat: ChatCompletionRequest, pm: ParamMap,
@@ -123,6 +153,7 @@ def continue_from(record: StoredResponse, chat: ChatCompletionRequest, pm: Param
     pm.content[:0] = [""] * n
     pm.calls = {i + n: paths for i, paths in pm.calls.items()}
     pm.blocks = {i + n: blocks for i, blocks in pm.blocks.items()}
+    pm.ids = {i + n: starts for i, starts in pm.ids.items()}
     prefix = PromptPrefix(prompt=record.prompt_ids, sampled=record.output_ids, messages=n)
     return chat.model_copy(update={"messages": [*history, *chat.messages]}), prefix
 
