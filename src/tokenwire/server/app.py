@@ -24,9 +24,8 @@ from ..serving.generate import GenerateService
 from ..serving.guard import Guard
 from ..serving.loader import load_models
 from ..serving.models import ModelRegistry
-from ..serving.responses import ResponsesService
+from ..serving.responses import ResponsesService, StoredResponses
 from ..serving.stored import StoredCompletions
-from ..serving.stored_responses import StoredResponses
 from ..serving.tokenize import TokenizeService
 from ..storage import Store, open_store
 from ..tokenizers.registry import TokenizerRegistry

@@ -24,8 +24,8 @@ from ..protocol.storage import (
     UpdateCompletion,
 )
 from ..serving.documents import DocumentService
+from ..serving.responses import StoredResponses
 from ..serving.stored import StoredCompletions
-from ..serving.stored_responses import StoredResponses
 from ._json import ModelResponse
 from .middleware import caller_of
 from .validation import parse_body

@@ -17,10 +17,10 @@ import logging
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
-from ..config import Settings
-from ..errors import TokenwireError
-from ..metrics import Metrics
-from ..protocol.anthropic import (
+from ...config import Settings
+from ...errors import TokenwireError
+from ...metrics import Metrics
+from ...protocol.anthropic import (
     ERROR_TYPES,
     AnthropicError,
     AnthropicErrorBody,
@@ -46,8 +46,8 @@ from ..protocol.anthropic import (
     TextDelta,
     ToolUseContent,
 )
-from ..protocol.common import ResponseWarning, Usage
-from ..protocol.responses import (
+from ...protocol.common import ResponseWarning, Usage
+from ...protocol.responses import (
     ArgumentsDeltaEvent,
     OutputFunctionCall,
     OutputItemEvent,
@@ -56,23 +56,23 @@ from ..protocol.responses import (
     ResponseEvent,
     TextDeltaEvent,
 )
-from ..protocol.tokenize import TokenizeRequest
-from ..tokenizers.registry import TokenizerRegistry
-from .anthropic_input import (
+from ...protocol.tokenize import TokenizeRequest
+from ...tokenizers.registry import TokenizerRegistry
+from ..chat import ChatPlan, ChatService
+from ..generation import ChoiceUpdate, wire_spans
+from ..guard import Guard
+from ..items import ItemAssembler, new_id
+from ..models import ModelRegistry
+from ..params import ParamMap
+from ..plan import Caller, GenerationService, run_whole
+from ..tokenize import TokenizeService
+from .input import (
     chat_messages,
     chat_tools,
     check_request,
     is_error_warning,
     to_chat_request,
 )
-from .chat import ChatPlan, ChatService
-from .generation import ChoiceUpdate, wire_spans
-from .guard import Guard
-from .items import ItemAssembler, new_id
-from .models import ModelRegistry
-from .plan import Caller, GenerationService, run_whole
-from .responses_input import ParamMap
-from .tokenize import TokenizeService
 
 __all__ = ["MessagesService", "error_body"]
 

@@ -18,8 +18,8 @@ import json
 
 from pydantic import BaseModel
 
-from ..errors import InvalidRequestError, UnsupportedParameterError
-from ..protocol.anthropic import (
+from ...errors import InvalidRequestError, UnsupportedParameterError
+from ...protocol.anthropic import (
     AnthropicMessage,
     CountTokensRequest,
     MessagesRequest,
@@ -29,15 +29,15 @@ from ..protocol.anthropic import (
     ToolResultParam,
     ToolUseParam,
 )
-from ..protocol.chat import (
+from ...protocol.chat import (
     ChatCompletionRequest,
     ChatMessage,
     ContentBlock,
     InputTokensBlock,
     TextBlock,
 )
-from ..protocol.common import ResponseWarning
-from ..protocol.tools import (
+from ...protocol.common import ResponseWarning
+from ...protocol.tools import (
     FunctionCall,
     FunctionDefinition,
     JsonSchemaFormat,
@@ -47,9 +47,9 @@ from ..protocol.tools import (
     ToolCall,
     ToolChoice,
 )
-from .responses_input import ParamMap
+from ..params import ParamMap
 
-__all__ = ["chat_messages", "chat_tools", "to_chat_request"]
+__all__ = ["chat_messages", "chat_tools", "check_request", "is_error_warning", "to_chat_request"]
 
 _TOP = (
     (r"max_completion_tokens", "max_tokens"), (r"stop", "stop_sequences"),

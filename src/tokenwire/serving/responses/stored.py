@@ -13,32 +13,32 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from ..errors import (
+from ...errors import (
     InvalidRequestError,
     ResponseNotFoundError,
     TokenizerVersionMismatchError,
     UnsupportedParameterError,
 )
-from ..protocol.chat import ChatCompletionRequest, ChatMessage
-from ..protocol.common import ResponseWarning
-from ..protocol.responses import (
+from ...protocol.chat import ChatCompletionRequest, ChatMessage
+from ...protocol.common import ResponseWarning
+from ...protocol.responses import (
     INPUT_TOKEN_IDS,
     FunctionTool,
     Response,
     ResponsesRequest,
 )
-from ..protocol.storage import DeletedResponse, ResponseItemList
-from ..protocol.tools import FunctionCall, ToolCall
-from ..storage import Store, StoredResponse
-from ..tokenizers.base import Tokenizer
-from ..tokenizers.conversions import conversion_reason
-from ..tokenizers.registry import TokenizerRegistry
-from ..tokenizers.translate import translator
-from .chat import ChatPlan, PromptPrefix
-from .items import new_id
-from .models import ServedModel
-from .plan import Caller
-from .responses_input import ParamMap
+from ...protocol.storage import DeletedResponse, ResponseItemList
+from ...protocol.tools import FunctionCall, ToolCall
+from ...storage import Store, StoredResponse
+from ...tokenizers.base import Tokenizer
+from ...tokenizers.conversions import conversion_reason
+from ...tokenizers.registry import TokenizerRegistry
+from ...tokenizers.translate import translator
+from ..chat import ChatPlan, PromptPrefix
+from ..items import new_id
+from ..models import ServedModel
+from ..params import ParamMap
+from ..plan import Caller
 
 __all__ = ["StoredResponses", "input_items", "previous_turn"]
 

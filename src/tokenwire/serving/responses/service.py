@@ -9,7 +9,7 @@ same way, with the same ids.
 With a store, a response is kept (`store`, OpenAI's default) before the client hears it is
 done: a whole one before it is returned, a stream's before its last lifecycle event (a stream
 that fails or is cut short is not kept). `previous_response_id` continues a kept one from its
-exact ids (stored_responses.py).
+exact ids (stored.py).
 
 Errors before the first event are plain HTTP errors (`stream` returns its iterator only once
 the request is admitted); an error after it ends the stream with `response.failed`, whose
@@ -24,16 +24,16 @@ import logging
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
-from ..config import Settings
-from ..errors import (
+from ...config import Settings
+from ...errors import (
     InvalidRequestError,
     StorageError,
     TokenwireError,
     UnsupportedParameterError,
 )
-from ..metrics import Metrics
-from ..protocol.common import Usage
-from ..protocol.responses import (
+from ...metrics import Metrics
+from ...protocol.common import Usage
+from ...protocol.responses import (
     INPUT_TOKEN_IDS,
     LOGPROBS,
     OUTPUT_TOKEN_IDS,
@@ -41,16 +41,17 @@ from ..protocol.responses import (
     ResponseEvent,
     ResponsesRequest,
 )
-from ..storage import StoredResponse
-from ..tokenizers.registry import TokenizerRegistry
-from .chat import ChatPlan, ChatService
-from .generation import ChoiceUpdate
-from .guard import Guard
-from .items import ItemAssembler, new_id
-from .models import ModelRegistry
-from .plan import ANONYMOUS, Caller, GenerationService, run_whole
-from .responses_input import ParamMap, to_chat_request
-from .stored_responses import StoredResponses, continue_from, previous_turn
+from ...storage import StoredResponse
+from ...tokenizers.registry import TokenizerRegistry
+from ..chat import ChatPlan, ChatService
+from ..generation import ChoiceUpdate
+from ..guard import Guard
+from ..items import ItemAssembler, new_id
+from ..models import ModelRegistry
+from ..params import ParamMap
+from ..plan import ANONYMOUS, Caller, GenerationService, run_whole
+from .input import to_chat_request
+from .stored import StoredResponses, continue_from, previous_turn
 
 __all__ = ["ResponsesService"]
 
