@@ -12,6 +12,7 @@ import pytest
 
 from tests.conftest import serve_in_process
 from tests.fakes import MODEL, FakeEngine
+from tests.server.test_responses_http import typed_events
 from tests.server.test_tools_http import OUTPUT
 from tokenwire.errors import RateLimitError
 from tokenwire.tokenizers.hf import HFTokenizer
@@ -36,17 +37,7 @@ async def post(client: httpx.AsyncClient, payload: Any, path: str = "/v1/message
 
 
 async def events(client: httpx.AsyncClient, payload: dict[str, Any]) -> list[dict[str, Any]]:
-    """A stream's events, each checked against its `event:` line."""
-    r = await post(client, {**payload, "stream": True})
-    assert r.status_code == 200, r.text
-    assert r.headers["content-type"].startswith("text/event-stream")
-    out = []
-    for frame in r.text.strip().split("\n\n"):
-        kind, data = frame.split("\n")
-        ev = json.loads(data.removeprefix("data: "))
-        assert kind == f"event: {ev['type']}"
-        out.append(ev)
-    return out
+    return typed_events(await post(client, {**payload, "stream": True}))
 
 
 def error(r: httpx.Response, status: int = 400) -> tuple[str, str, str | None]:

@@ -31,10 +31,10 @@ async def post(client: httpx.AsyncClient, payload: Any) -> httpx.Response:
     return await client.post("/v1/responses", json=payload)
 
 
-async def events(client: httpx.AsyncClient, payload: dict[str, Any]) -> list[dict[str, Any]]:
-    """A stream's events, each checked against its `event:` line."""
-    r = await post(client, {**payload, "stream": True})
-    assert r.status_code == 200
+def typed_events(r: httpx.Response) -> list[dict[str, Any]]:
+    """A typed-event stream's events (Responses', Messages'), each checked against its
+    `event:` line."""
+    assert r.status_code == 200, r.text
     assert r.headers["content-type"].startswith("text/event-stream")
     out = []
     for frame in r.text.strip().split("\n\n"):
@@ -42,6 +42,11 @@ async def events(client: httpx.AsyncClient, payload: dict[str, Any]) -> list[dic
         ev = json.loads(data.removeprefix("data: "))
         assert kind == f"event: {ev['type']}"
         out.append(ev)
+    return out
+
+
+async def events(client: httpx.AsyncClient, payload: dict[str, Any]) -> list[dict[str, Any]]:
+    out = typed_events(await post(client, {**payload, "stream": True}))
     assert [e["sequence_number"] for e in out] == list(range(len(out)))
     return out
 

@@ -12,6 +12,7 @@ import pytest
 
 from tests.conftest import serve_in_process
 from tests.fakes import MODEL, FakeEngine, other_tokenizer
+from tests.server.test_responses_http import typed_events
 from tests.server.test_tools_http import OUTPUT, WEATHER
 from tokenwire.errors import StorageError
 from tokenwire.storage import StoredResponse
@@ -234,10 +235,8 @@ async def test_a_record_of_another_known_version_is_continued_through_translate(
 
 
 async def events(client: httpx.AsyncClient, payload: dict[str, Any]) -> list[dict[str, Any]]:
-    r = await client.post(RESPONSES, json={"model": MODEL, **payload, "stream": True})
-    assert r.status_code == 200, r.text
-    return [json.loads(f.split("\n")[1].removeprefix("data: "))
-            for f in r.text.strip().split("\n\n")]
+    return typed_events(await client.post(RESPONSES, json={"model": MODEL, **payload,
+                                                           "stream": True}))
 
 
 async def test_a_stream_is_stored_as_it_ends(client: httpx.AsyncClient) -> None:

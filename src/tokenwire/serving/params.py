@@ -8,7 +8,9 @@ the client sent (`input[1].content[0].token_ids[2]`, `messages[1].content[2]...`
 
 from __future__ import annotations
 
+import contextlib
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from ..errors import TokenwireError
@@ -78,6 +80,23 @@ class ParamMap:
                 rest = f"[{self.blocks[i][int(b[1])]}]{b[2]}"
             rest = (f".{name}" if name else "") + rest
         return self.messages[i] + rest
+
+    def prepend(self, n: int, path: str) -> None:
+        """`n` chat messages now come first, all from `path` (a continuation's kept turns)."""
+        self.messages[:0] = [path] * n
+        self.content[:0] = [""] * n
+        self.calls = {i + n: v for i, v in self.calls.items()}
+        self.blocks = {i + n: v for i, v in self.blocks.items()}
+        self.ids = {i + n: v for i, v in self.ids.items()}
+
+    @contextlib.contextmanager
+    def renaming(self) -> Iterator[None]:
+        """An error raised inside names the request's own fields."""
+        try:
+            yield
+        except TokenwireError as exc:
+            self.translate(exc)
+            raise
 
     def translate(self, exc: TokenwireError) -> TokenwireError:
         """The same error, its param (and the param quoted in its message) renamed."""

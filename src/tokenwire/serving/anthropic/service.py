@@ -212,22 +212,16 @@ class MessagesService(GenerationService):
     def plan(self, req: MessagesRequest, caller: Caller) -> tuple[ChatPlan, ParamMap]:
         """The chat plan of the request (every check done); errors name Messages fields."""
         chat_req, pm, errors = to_chat_request(req)
-        try:
+        with pm.renaming():
             plan = self._chat.plan(chat_req, caller)
-        except TokenwireError as exc:
-            pm.translate(exc)
-            raise
         plan.id = new_id("msg")
         if errors:
             plan.warnings = [*(plan.warnings or []), is_error_warning(errors)]
         return plan, pm
 
     async def _updates(self, plan: ChatPlan, pm: ParamMap) -> AsyncGenerator[ChoiceUpdate, None]:
-        try:
+        with pm.renaming():
             return await self._chat.updates(plan)
-        except TokenwireError as exc:
-            pm.translate(exc)
-            raise
 
     async def create(self, req: MessagesRequest, caller: Caller) -> Message:
         plan, pm = await self._prepare(self.plan, req, caller)
@@ -281,12 +275,9 @@ class MessagesService(GenerationService):
         messages, pm, _ = chat_messages(req)
         tools, _, _ = chat_tools(req)
         prefill = req.messages[-1].role == "assistant"
-        try:
+        with pm.renaming():
             r = self._tokenize.tokenize(TokenizeRequest(
                 model=req.model, tokenizer_version=req.tokenizer_version, messages=messages,
                 tools=tools, add_generation_prompt=not prefill,
                 continue_final_message=prefill), caller)
-        except TokenwireError as exc:
-            pm.translate(exc)
-            raise
         return CountTokensResponse(input_tokens=r.count)

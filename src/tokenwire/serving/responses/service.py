@@ -113,11 +113,8 @@ class ResponsesService(GenerationService):
         prefix = None
         if previous is not None:
             chat_req, prefix = continue_from(previous, chat_req, pm)
-        try:
+        with pm.renaming():
             plan = self._chat.plan(chat_req, caller, prefix=prefix)
-        except TokenwireError as exc:
-            pm.translate(exc)
-            raise
         plan.id = new_id("resp")
         if translated is not None:
             plan.warnings = [*(plan.warnings or []), translated]
@@ -148,11 +145,8 @@ class ResponsesService(GenerationService):
         return plan, pm, req, store
 
     async def _updates(self, plan: ChatPlan, pm: ParamMap) -> AsyncGenerator[ChoiceUpdate, None]:
-        try:
+        with pm.renaming():
             return await self._chat.updates(plan)
-        except TokenwireError as exc:
-            pm.translate(exc)
-            raise
 
     def _assembler(self, req: ResponsesRequest, plan: ChatPlan, store: bool) -> ItemAssembler:
         return ItemAssembler(plan, plan.parser(), _response(req, plan, store),

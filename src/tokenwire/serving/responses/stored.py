@@ -92,13 +92,43 @@ def _said(record: StoredResponse) -> ChatMessage:
                        tool_calls=calls or None)
 
 
+def _in_model_version(record: StoredResponse, req: ResponsesRequest, model: ServedModel,
+                      tokenizers: TokenizerRegistry,
+                      ) -> tuple[StoredResponse, ResponseWarning | None]:
+    """The record with its ids in the model's tokenizer version: as kept, or translated
+    through their bytes (with a warning) when kept under another one and the request allows
+    `tokenizer_fallback: "translate"`."""
+    kept, now = record.tokenizer_version, model.tokenizer_entry.version
+    if kept == now:
+        return record, None
+    source = tokenizers.find(kept)
+    if source is None:
+        raise TokenizerVersionMismatchError(
+            f"response {record.id!r} was kept in tokenizer version {kept!r}, which this "
+            "server no longer has", param="previous_response_id")
+    if req.tokenizer_fallback != "translate":
+        raise TokenizerVersionMismatchError(
+            f"response {record.id!r} was kept in tokenizer version {kept!r}; model "
+            f"{model.id!r} runs {now!r}: send tokenizer_fallback 'translate' to continue it "
+            "through text", param="previous_response_id")
+    tr = translator(source.tokenizer, model.tokenizer)
+    prompt, sampled = tr.translate(record.prompt_ids), tr.translate(record.output_ids)
+    how = "lossless" if prompt.lossless and sampled.lossless else \
+        "not lossless: some bytes or control tokens had no counterpart"
+    return dataclasses.replace(record, prompt_ids=prompt.token_ids,
+                               output_ids=sampled.token_ids), ResponseWarning(
+        code="previous_response_translated", param="previous_response_id",
+        message=f"response {record.id!r} was kept in tokenizer version {kept!r}; its ids were "
+                f"translated into {now!r} through their bytes ({how})")
+
+
 def previous_turn(record: StoredResponse, req: ResponsesRequest, model: ServedModel,
                   tokenizers: TokenizerRegistry,
                   ) -> tuple[ResponsesRequest, StoredResponse, ResponseWarning | None]:
     """Check that `req` may continue `record` on `model`: the request with the previous tools
     when it sent none (they are in the prompt's first turn, which the continuation keeps), the
-    record with its ids in the model's version (translated, with a warning, when it was kept
-    under another and the request allows `tokenizer_fallback: "translate"`)."""
+    record in the model's version (`_in_model_version`) and the warning that says if it was
+    translated."""
     if record.template_version != model.template_version:
         raise InvalidRequestError(
             f"response {record.id!r} was rendered with chat template "
@@ -106,29 +136,7 @@ def previous_turn(record: StoredResponse, req: ResponsesRequest, model: ServedMo
             f"{model.template_version!r}, so a continuation of its ids would mix the two: send "
             "the history as input instead", param="previous_response_id",
             code="invalid_value")
-    warning = None
-    if record.tokenizer_version != model.tokenizer_entry.version:
-        source = tokenizers.find(record.tokenizer_version)
-        if req.tokenizer_fallback != "translate" or source is None:
-            raise TokenizerVersionMismatchError(
-                f"response {record.id!r} was kept in tokenizer version "
-                f"{record.tokenizer_version!r}; model {model.id!r} runs "
-                f"{model.tokenizer_entry.version!r}: send tokenizer_fallback 'translate' to "
-                "continue it through text" if source is not None else
-                f"response {record.id!r} was kept in tokenizer version "
-                f"{record.tokenizer_version!r}, which this server no longer has",
-                param="previous_response_id")
-        tr = translator(source.tokenizer, model.tokenizer)
-        prompt, sampled = tr.translate(record.prompt_ids), tr.translate(record.output_ids)
-        record = dataclasses.replace(record, prompt_ids=prompt.token_ids,
-                                     output_ids=sampled.token_ids)
-        warning = ResponseWarning(
-            code="previous_response_translated", param="previous_response_id",
-            message=f"response {record.id!r} was kept in tokenizer version "
-                    f"{record.tokenizer_version!r}; its ids were translated into "
-                    f"{model.tokenizer_entry.version!r} through their bytes ("
-                    + ("lossless" if prompt.lossless and sampled.lossless else
-                       "not lossless: some bytes or control tokens had no counterpart") + ")")
+    record, warning = _in_model_version(record, req, model, tokenizers)
     tools: list[dict[str, Any]] = record.response.get("tools", [])
     if req.tools is None:
         return req.model_copy(update={"tools": [FunctionTool.model_validate(t) for t in tools]
@@ -148,13 +156,9 @@ def continue_from(record: StoredResponse, chat: ChatCompletionRequest, pm: Param
     then this request's messages) and the prefix that stands for the first two; `pm` is
     shifted so errors still name this request's fields."""
     history = [ChatMessage.model_validate(m) for m in record.messages] + [_said(record)]
-    n = len(history)
-    pm.messages[:0] = ["previous_response_id"] * n
-    pm.content[:0] = [""] * n
-    pm.calls = {i + n: paths for i, paths in pm.calls.items()}
-    pm.blocks = {i + n: blocks for i, blocks in pm.blocks.items()}
-    pm.ids = {i + n: starts for i, starts in pm.ids.items()}
-    prefix = PromptPrefix(prompt=record.prompt_ids, sampled=record.output_ids, messages=n)
+    pm.prepend(len(history), "previous_response_id")
+    prefix = PromptPrefix(prompt=record.prompt_ids, sampled=record.output_ids,
+                          messages=len(history))
     return chat.model_copy(update={"messages": [*history, *chat.messages]}), prefix
 
 
