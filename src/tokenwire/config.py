@@ -248,11 +248,18 @@ class Settings(BaseSettings):
     )
     storage: str | None = Field(
         None,
-        description="Where stored completions (`store: true`) and documents are kept, as token "
-        "ids: a SQLite file (a path or sqlite:///PATH; default: store.sqlite3 beside "
-        "`tokenizer_store`), postgresql://user:password@host:port/db for a database several "
-        "gateways share (the `postgres` extra), or `none` to keep nothing (`store` and the "
-        "document endpoints are then refused). Writes are durable before they are answered.",
+        description="Where stored completions (`store: true`), Responses API responses and "
+        "documents are kept, as token ids: a SQLite file (a path or sqlite:///PATH; default: "
+        "store.sqlite3 beside `tokenizer_store`), postgresql://user:password@host:port/db for "
+        "a database several gateways share (the `postgres` extra), or `none` to keep nothing "
+        "(`store` and the document endpoints are then refused). Writes are durable before they "
+        "are answered.",
+    )
+    storage_retention_days: float | None = Field(
+        None, gt=0, description="Delete stored chat completions and Responses API responses "
+        "this many days after they were created (OpenAI keeps both 30 days); unset: kept until "
+        "deleted. Swept at start and then hourly (or every tenth of the retention, if shorter). "
+        "Documents are kept until deleted.",
     )
     require_tokenizer_version: bool = Field(
         True, description="Refuse token ids sent without tokenizer_version (API.md's default). "

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 
@@ -259,3 +260,24 @@ async def test_a_failed_write_fails_the_stream(app: Any, client: httpx.AsyncClie
     assert not any(e["type"] == "response.completed" for e in evs)
     r = await client.post(RESPONSES, json={"model": MODEL, "input": "Hello!"})
     assert error(r, 503) == ("storage_unavailable", None)
+
+
+async def test_records_past_retention_are_swept(make_app: Any) -> None:
+    """`storage_retention_days`: kept records go when they are that old (here two seconds,
+    swept every second); until then they read back."""
+    async with serve_in_process(make_app(storage_retention_days=2 / 86_400)) as c:
+        sent = await create(c, input="Hello!")
+        r = await c.post("/v1/chat/completions", json={
+            "model": MODEL, "store": True, "messages": [{"role": "user", "content": "Hi"}]})
+        chat_id = r.json()["id"]
+        urls = [f"{RESPONSES}/{sent['id']}", f"/v1/chat/completions/{chat_id}"]
+        assert [(await c.get(u)).status_code for u in urls] == [200, 200]
+        for _ in range(100):
+            if [(await c.get(u)).status_code for u in urls] == [404, 404]:
+                break
+            await anyio.sleep(0.1)
+        assert error(await c.get(urls[0]), 404)[0] == "response_not_found"
+        assert (await c.get(urls[1])).status_code == 404
+        r = await c.post(RESPONSES, json={"model": MODEL, "input": "and?",
+                                          "previous_response_id": sent["id"]})
+        assert error(r, 404) == ("previous_response_not_found", "previous_response_id")

@@ -240,3 +240,23 @@ async def test_response_ids_outside_the_vocabulary_are_not_stored(store: Store) 
         await store.put_response(StoredResponse(**{**bad.__dict__,
                                                    "output_ids": [SMOLLM2_VOCAB]}))
     assert await store.get_response(ALICE, "resp_1") is None
+
+
+async def test_expire_deletes_completions_and_responses_by_age(store: Store) -> None:
+    old, new = 1_700_000_000, 1_700_000_100
+    for owner in (ALICE, BOB):
+        await store.put_completion(completion("c-old", owner=owner, created=old))
+        await store.put_response(StoredResponse(**{**response("r-old", owner=owner).__dict__,
+                                                   "created": old}))
+    await store.put_completion(completion("c-new", created=new))
+    await store.put_response(StoredResponse(**{**response("r-new").__dict__, "created": new}))
+    await store.put_document(Document("doc-old", ALICE, "tv", [1, 2], old, SMOLLM2_VOCAB))
+    assert await store.expire(new) == 4  # every owner's: retention is the server's
+    for owner in (ALICE, BOB):
+        assert await store.get_completion(owner, "c-old") is None
+        assert await store.get_response(owner, "r-old") is None
+    assert await store.get_completion(ALICE, "c-new") is not None
+    assert await store.get_response(ALICE, "r-new") is not None
+    assert [c.id for c in (await store.list_completions(ALICE)).data] == ["c-new"]
+    assert await store.get_document(ALICE, "doc-old") is not None  # a corpus: kept
+    assert await store.expire(new) == 0

@@ -118,4 +118,22 @@ async def test_upgrade_from_version_3_keeps_completions_and_adds_responses(
     finally:
         await store.aclose()
     assert raw(store_url, "SELECT version FROM schema_version") == [(LATEST,)]
-    assert LATEST == 4
+
+
+async def test_upgrade_from_version_4_indexes_records_by_age(store_url: str) -> None:
+    await _migrate(store_url, MIGRATIONS[:4])
+    prompt, width = pack([1, 2, 3], 49_152)
+    raw(store_url, "INSERT INTO completions (owner, id, model, created, tokenizer_version, "
+        "template_version, vocab_size, width, prompt_ids, request, response, metadata) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        ("o", "c-v4", "m", 5, "tv", "tpl", 49_152, width, prompt, "{}", "{}", "{}"))
+    assert not {"completions_by_created", "responses_by_created"} & _indexes(store_url)
+    store = open_store(store_url)
+    try:
+        assert await store.get_completion("o", "c-v4") is not None
+        assert await store.expire(6) == 1
+    finally:
+        await store.aclose()
+    assert {"completions_by_created", "responses_by_created"} <= _indexes(store_url)
+    assert raw(store_url, "SELECT version FROM schema_version") == [(LATEST,)]
+    assert LATEST == 5

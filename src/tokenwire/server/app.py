@@ -28,6 +28,7 @@ from ..serving.responses import ResponsesService, StoredResponses
 from ..serving.stored import StoredCompletions
 from ..serving.tokenize import TokenizeService
 from ..storage import Store, open_store
+from ..storage.retention import expire_forever
 from ..tokenizers.registry import TokenizerRegistry
 from .control import control_routes
 from .docs import docs_routes
@@ -76,9 +77,14 @@ def create_app(settings: Settings | None = None, *, models: ModelRegistry | None
             await m.engine.start()
         trim_heap()
         refresh = asyncio.create_task(_refresh(metrics)) if metrics.shared else None
+        days = settings.storage_retention_days
+        expire = asyncio.create_task(expire_forever(store, days)) \
+            if store is not None and days is not None else None
         try:
             yield
         finally:
+            if expire is not None:
+                expire.cancel()
             if refresh is not None:
                 refresh.cancel()
                 metrics.close()
@@ -135,5 +141,8 @@ def _open_store(settings: Settings) -> Store | None:
         store = open_store(url)
     except ValueError as exc:
         raise SetupError(f"storage: {exc}") from exc
-    log.info("storage: %s", url.split("@")[-1])  # never the password of a URL
+    days = settings.storage_retention_days
+    log.info("storage: %s; completions and responses kept %s",
+             url.split("@")[-1],  # never the password of a URL
+             "until deleted" if days is None else f"{days:g} days")
     return store

@@ -100,6 +100,9 @@ MIGRATIONS: list[tuple[str, ...]] = [
         request TEXT NOT NULL,
         response TEXT NOT NULL,
         UNIQUE (owner, id))""",),
+    # 5: the retention sweep deletes by age (`storage_retention_days`)
+    ("CREATE INDEX completions_by_created ON completions (created)",
+     "CREATE INDEX responses_by_created ON responses (created)"),
 ]
 """Step n brings the schema from version n - 1 to n, in one transaction. Append; never edit."""
 
@@ -121,6 +124,8 @@ INSERT_RESPONSE = (f"INSERT INTO responses ({_RESPONSE}) "
                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
 GET_RESPONSE = f"SELECT {_RESPONSE} FROM responses WHERE owner = ? AND id = ?"
 DELETE_RESPONSE = "DELETE FROM responses WHERE owner = ? AND id = ?"
+EXPIRE = ("DELETE FROM completions WHERE created < ?", "DELETE FROM responses WHERE created < ?")
+"""Stored completions and responses past retention; documents are a corpus, kept until deleted."""
 INSERT_DOCUMENT = f"INSERT INTO documents ({_DOCUMENT}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 GET_DOCUMENT = f"SELECT {_DOCUMENT} FROM documents WHERE owner = ? AND id = ?"
 LIST_DOCUMENTS = f"SELECT {_DOCUMENT} FROM documents WHERE owner = ? ORDER BY seq"

@@ -150,6 +150,13 @@ class PostgresStore:
             cur = await conn.execute(_q(_sql.DELETE_RESPONSE), (owner, id))
         return cur.rowcount > 0
 
+    async def expire(self, before: int) -> int:
+        async with self._connection() as conn:  # one transaction
+            n = 0
+            for text in _sql.EXPIRE:
+                n += (await conn.execute(_q(text), (before,))).rowcount
+        return n
+
     async def put_document(self, document: Document) -> None:
         params = _sql.document_params(document)
         async with self._connection() as conn:

@@ -166,6 +166,19 @@ class SQLiteStore:
         n = await self._run(lambda c: c.execute(_q(_sql.DELETE_RESPONSE), (owner, id)).rowcount)
         return n > 0
 
+    async def expire(self, before: int) -> int:
+        def delete(c: sqlite3.Connection) -> int:
+            c.execute("BEGIN IMMEDIATE")
+            try:
+                n = sum(c.execute(_q(text), (before,)).rowcount for text in _sql.EXPIRE)
+            except BaseException:
+                c.execute("ROLLBACK")
+                raise
+            c.execute("COMMIT")
+            return n
+
+        return await self._run(delete)
+
     async def put_document(self, document: Document) -> None:
         params = _sql.document_params(document)
         await self._run(lambda c: c.execute(_q(_sql.INSERT_DOCUMENT), params))
