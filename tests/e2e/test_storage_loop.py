@@ -107,3 +107,31 @@ def test_behind_a_gateway_and_a_content_policy_only_the_policy_reads_text(
         moved = delta(before, conversions(live_server))
     assert {(who, direction, reason) for (who, direction, reason) in moved} == \
         {("gateway", "decode", "policy")}, moved
+
+
+def test_a_deleted_document_leaves_the_loop(live_server: LiveServer,
+                                            tok: HFTokenizer) -> None:
+    """`DELETE /v1/documents/{id}` on the live server: the search no longer finds it, a chat
+    naming it is a 404 naming the block; a document kept beside it is still found."""
+    v = tok.version
+    with httpx.Client(base_url=live_server.url, timeout=120) as c:
+        made = [c.post("/v1/documents", json={"token_ids": tok.encode(p),
+                                              "tokenizer_version": v}).json()["id"]
+                for p in ("Otters hold hands while they sleep.",
+                          "Otters use stones as tools.")]
+        query = {"query": {"token_ids": tok.encode("Otters sleep"), "tokenizer_version": v},
+                 "limit": 10}
+
+        def found() -> list[str]:
+            hits = c.post("/v1/documents/search", json=query).json()["data"]
+            return [h["document_id"] for h in hits if h["document_id"] in made]
+
+        assert set(found()) == set(made)
+        r = c.delete(f"/v1/documents/{made[0]}")
+        assert r.json() == {"id": made[0], "object": "document", "deleted": True}
+        assert found() == [made[1]]
+        r = c.post("/v1/chat/completions", json={
+            "model": MODEL, "max_tokens": 4, "messages": [{"role": "user", "content": [
+                {"type": "input_document", "document_id": made[0]}]}]})
+        assert r.status_code == 404
+        assert r.json()["error"]["param"] == "messages[0].content[0].document_id"

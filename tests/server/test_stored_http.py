@@ -173,6 +173,8 @@ async def test_each_api_key_sees_only_its_own_records(make_app: Any) -> None:
         assert (await c.delete(f"{CHAT}/{cid}", headers=bob)).status_code == 404
         doc = (await c.post("/v1/documents", json={"text": "x"}, headers=alice)).json()
         assert (await c.get(f"/v1/documents/{doc['id']}", headers=bob)).status_code == 404
+        assert (await c.delete(f"/v1/documents/{doc['id']}", headers=bob)).status_code == 404
+        assert (await c.get(f"/v1/documents/{doc['id']}", headers=alice)).status_code == 200
 
 
 async def test_bad_reads_are_refused_by_name(client: httpx.AsyncClient) -> None:
@@ -257,6 +259,31 @@ async def test_bad_documents_are_refused_by_name(client: httpx.AsyncClient,
     assert "exactly one" in err["message"]
     err = error_of(await client.get("/v1/documents/doc-missing"), 404)
     assert err["code"] == "document_not_found"
+
+
+async def test_a_deleted_document_is_gone_from_reads_searches_and_prompts(
+        client: httpx.AsyncClient) -> None:
+    made = [(await client.post("/v1/documents", json={"text": t})).json()["id"]
+            for t in ("Paris is the capital of France.", "Bread is baked in an oven.")]
+
+    async def found(query: str) -> list[str]:
+        r = await client.post("/v1/documents/search", json={"query": query, "limit": 5})
+        return [h["document_id"] for h in r.json()["data"]]
+
+    assert set(await found("capital of France bread oven")) == set(made)
+    r = await client.delete(f"/v1/documents/{made[0]}")
+    assert r.status_code == 200
+    assert r.json() == {"id": made[0], "object": "document", "deleted": True}
+    assert error_of(await client.get(f"/v1/documents/{made[0]}"), 404)["code"] == \
+        "document_not_found"
+    assert await found("capital of France bread oven") == [made[1]]  # the index is rebuilt
+    err = error_of(await client.post(CHAT, json=body(messages=[{"role": "user", "content": [
+        {"type": "input_document", "document_id": made[0]}]}])), 404)
+    assert (err["code"], err["param"]) == ("document_not_found",
+                                           "messages[0].content[0].document_id")
+    assert error_of(await client.delete(f"/v1/documents/{made[0]}"), 404)["code"] == \
+        "document_not_found"
+    assert error_of(await client.delete(f"/v1/documents/{made[1]}?x=1"), 400)["param"] == "x"
 
 
 async def test_input_document_splices_the_stored_ids_into_the_prompt(

@@ -260,3 +260,13 @@ async def test_expire_deletes_completions_and_responses_by_age(store: Store) -> 
     assert [c.id for c in (await store.list_completions(ALICE)).data] == ["c-new"]
     assert await store.get_document(ALICE, "doc-old") is not None  # a corpus: kept
     assert await store.expire(new) == 0
+
+
+async def test_delete_document(store: Store) -> None:
+    await store.put_document(Document("doc-1", ALICE, "tv", [1, 2], 1, SMOLLM2_VOCAB))
+    await store.put_document(Document("doc-2", ALICE, "tv", [3], 2, SMOLLM2_VOCAB))
+    assert await store.delete_document(BOB, "doc-1") is False
+    assert await store.delete_document(ALICE, "doc-1") is True
+    assert await store.get_document(ALICE, "doc-1") is None
+    assert [d.id for d in await store.documents(ALICE)] == ["doc-2"]
+    assert await store.delete_document(ALICE, "doc-1") is False

@@ -17,6 +17,7 @@ from .common import MAX_METADATA_PAIRS, Metadata, TokenId
 
 __all__ = [
     "DeletedCompletion",
+    "DeletedDocument",
     "DeletedResponse",
     "Document",
     "DocumentCreated",
@@ -142,6 +143,12 @@ class Document(ResponseModel):
     token_ids: list[int] | None = None
     tokenizer_version: str | None = None
     text: str | None = None
+
+
+class DeletedDocument(ResponseModel):
+    id: str
+    object: Literal["document"] = "document"
+    deleted: bool
 
 
 class DocumentQuery(RequestModel):

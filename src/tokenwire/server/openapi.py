@@ -41,6 +41,7 @@ from ..protocol.responses import Response as Response_
 from ..protocol.responses import ResponsesRequest, ResponseStreamEvent
 from ..protocol.storage import (
     DeletedCompletion,
+    DeletedDocument,
     DeletedResponse,
     Document,
     DocumentCreated,
@@ -217,6 +218,8 @@ ENDPOINTS: dict[tuple[str, str], Endpoint] = {
     ("GET", "/v1/documents/{document_id}"): Endpoint(
         "A stored document; query format (tokens, the default, text or both)",
         response=Document, errors=(400, 404)),
+    ("DELETE", "/v1/documents/{document_id}"): Endpoint(
+        "Delete a stored document", response=DeletedDocument, errors=(400, 404)),
     ("GET", "/v1/tokenizers"): Endpoint("The tokenizer versions known", response=TokenizerList),
     ("POST", "/v1/tokenizers/translate"): Endpoint(
         "Ids of one tokenizer version to the ids of the same bytes in another",

@@ -194,6 +194,12 @@ async def get_document(request: Request) -> Response:
         _path(request, "document_id"), caller_of(request), _format(q) or "tokens"))
 
 
+async def delete_document(request: Request) -> Response:
+    _query(request, ())
+    return ModelResponse(await _documents(request).delete(
+        _path(request, "document_id"), caller_of(request)))
+
+
 async def search_documents(request: Request) -> Response:
     _query(request, ())
     req = parse_body(await request.body(), DocumentSearchRequest)
@@ -213,5 +219,6 @@ record_routes = [
     Route("/v1/documents", create_document, methods=["POST"]),
     Route("/v1/documents/search", search_documents, methods=["POST"]),
     Route("/v1/documents/{document_id}", get_document, methods=["GET"]),
+    Route("/v1/documents/{document_id}", delete_document, methods=["DELETE"]),
 ]
 """After the generating routes: `POST /v1/chat/completions/render` is matched first."""

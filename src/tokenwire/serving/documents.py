@@ -18,6 +18,7 @@ from ..errors import DocumentNotFoundError, InvalidRequestError
 from ..protocol.chat import ChatCompletionRequest, ChatMessage, InputDocumentBlock, InputTokensBlock
 from ..protocol.common import ResponseWarning
 from ..protocol.storage import (
+    DeletedDocument,
     Document,
     DocumentCreated,
     DocumentQuery,
@@ -147,6 +148,13 @@ class DocumentService:
             return Document(id=doc.id, text=text)
         return Document(id=doc.id, token_ids=doc.token_ids,
                         tokenizer_version=doc.tokenizer_version, text=text)
+
+    async def delete(self, id: str, caller: Caller) -> DeletedDocument:
+        """Gone from reads, searches (an index is rebuilt when its documents change) and
+        `input_document` blocks; prompts already made from it keep their ids."""
+        if not await self._store.delete_document(caller.owner, id):
+            raise DocumentNotFoundError(f"no document {id!r}")
+        return DeletedDocument(id=id, deleted=True)
 
     async def search(self, req: DocumentSearchRequest, caller: Caller) -> DocumentSearchResults:
         if isinstance(req.query, DocumentQuery):

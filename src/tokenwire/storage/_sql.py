@@ -128,6 +128,7 @@ EXPIRE = ("DELETE FROM completions WHERE created < ?", "DELETE FROM responses WH
 """Stored completions and responses past retention; documents are a corpus, kept until deleted."""
 INSERT_DOCUMENT = f"INSERT INTO documents ({_DOCUMENT}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 GET_DOCUMENT = f"SELECT {_DOCUMENT} FROM documents WHERE owner = ? AND id = ?"
+DELETE_DOCUMENT = "DELETE FROM documents WHERE owner = ? AND id = ?"
 LIST_DOCUMENTS = f"SELECT {_DOCUMENT} FROM documents WHERE owner = ? ORDER BY seq"
 LIST_DOCUMENTS_OF_VERSION = (f"SELECT {_DOCUMENT} FROM documents WHERE owner = ? AND "
                              "tokenizer_version = ? ORDER BY seq")

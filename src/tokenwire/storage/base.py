@@ -130,6 +130,8 @@ class Store(Protocol):
 
     async def get_document(self, owner: str, id: str) -> Document | None: ...
 
+    async def delete_document(self, owner: str, id: str) -> bool: ...
+
     async def documents(self, owner: str, tokenizer_version: str | None = None,
                         ) -> list[Document]:
         """Every document of `owner` (of one version, if given), oldest first (what a search

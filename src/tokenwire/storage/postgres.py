@@ -166,6 +166,11 @@ class PostgresStore:
         row = await self._fetchone(_sql.GET_DOCUMENT, (owner, id))
         return None if row is None else _sql.document_from_row(row)
 
+    async def delete_document(self, owner: str, id: str) -> bool:
+        async with self._connection() as conn:
+            cur = await conn.execute(_q(_sql.DELETE_DOCUMENT), (owner, id))
+        return cur.rowcount > 0
+
     async def documents(self, owner: str, tokenizer_version: str | None = None,
                         ) -> list[Document]:
         text, params = _sql.list_documents(owner, tokenizer_version)

@@ -188,6 +188,10 @@ class SQLiteStore:
             lambda c: c.execute(_q(_sql.GET_DOCUMENT), (owner, id)).fetchone())
         return None if row is None else _sql.document_from_row(row)
 
+    async def delete_document(self, owner: str, id: str) -> bool:
+        n = await self._run(lambda c: c.execute(_q(_sql.DELETE_DOCUMENT), (owner, id)).rowcount)
+        return n > 0
+
     async def documents(self, owner: str, tokenizer_version: str | None = None,
                         ) -> list[Document]:
         text, params = _sql.list_documents(owner, tokenizer_version)
