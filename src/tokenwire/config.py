@@ -256,10 +256,11 @@ class Settings(BaseSettings):
         "are answered.",
     )
     storage_retention_days: float | None = Field(
-        None, gt=0, description="Delete stored chat completions and Responses API responses "
-        "this many days after they were created (OpenAI keeps both 30 days); unset: kept until "
-        "deleted. Swept at start and then hourly (or every tenth of the retention, if shorter). "
-        "Documents are kept until deleted.",
+        None, gt=0, le=36_500,
+        description="Delete stored chat completions and Responses API responses this many days "
+        "after they were created (OpenAI keeps both 30 days); unset: kept until deleted. Swept "
+        "at start and then hourly (or every tenth of the retention, if shorter). Documents are "
+        "kept until deleted.",
     )
     require_tokenizer_version: bool = Field(
         True, description="Refuse token ids sent without tokenizer_version (API.md's default). "

@@ -22,7 +22,7 @@ from tokenwire import (
     ModelNotFoundError,
     TokenizerIntegrityError,
 )
-from tokenwire.errors import APIConnectionError, EngineError
+from tokenwire.errors import APIConnectionError, EngineError, NotFoundError
 from tokenwire.protocol import ChatCompletion, Completion
 from tokenwire.tokenizers.hf import HFTokenizer, canonical_json
 
@@ -267,6 +267,10 @@ async def test_documents_in_ids_and_a_chat_that_reads_one(sdk: AsyncClient, tok:
     with pytest.raises(InvalidRequestError) as info:
         await sdk.add_document(token_ids=[1, 2])  # ids need their version
     assert info.value.param == "tokenizer_version"
+    assert (await sdk.delete_document(other.id)).deleted
+    assert (await sdk.search_documents("bees colonies")).data == []
+    with pytest.raises(NotFoundError):
+        await sdk.document(other.id)
 
 
 def test_the_sync_client_has_the_same_document_calls(app, tok: HFTokenizer,  # type: ignore[no-untyped-def]
@@ -278,3 +282,5 @@ def test_the_sync_client_has_the_same_document_calls(app, tok: HFTokenizer,  # t
         made = sdk.add_document("A violin has four strings.")
         assert sdk.document(made.id).token_ids == tok.encode("A violin has four strings.")
         assert sdk.search_documents("violin strings").data[0].document_id == made.id
+        assert sdk.delete_document(made.id).model_dump() == {
+            "id": made.id, "object": "document", "deleted": True}

@@ -134,4 +134,5 @@ def test_a_deleted_document_leaves_the_loop(live_server: LiveServer,
             "model": MODEL, "max_tokens": 4, "messages": [{"role": "user", "content": [
                 {"type": "input_document", "document_id": made[0]}]}]})
         assert r.status_code == 404
-        assert r.json()["error"]["param"] == "messages[0].content[0].document_id"
+        assert (r.json()["error"]["code"], r.json()["error"]["param"]) == \
+            ("document_not_found", "messages[0].content[0].document_id")

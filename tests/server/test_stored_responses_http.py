@@ -263,16 +263,16 @@ async def test_a_failed_write_fails_the_stream(app: Any, client: httpx.AsyncClie
 
 
 async def test_records_past_retention_are_swept(make_app: Any) -> None:
-    """`storage_retention_days`: kept records go when they are that old (here two seconds,
+    """`storage_retention_days`: kept records go when they are that old (here five seconds,
     swept every second); until then they read back."""
-    async with serve_in_process(make_app(storage_retention_days=2 / 86_400)) as c:
+    async with serve_in_process(make_app(storage_retention_days=5 / 86_400)) as c:
         sent = await create(c, input="Hello!")
         r = await c.post("/v1/chat/completions", json={
             "model": MODEL, "store": True, "messages": [{"role": "user", "content": "Hi"}]})
         chat_id = r.json()["id"]
         urls = [f"{RESPONSES}/{sent['id']}", f"/v1/chat/completions/{chat_id}"]
         assert [(await c.get(u)).status_code for u in urls] == [200, 200]
-        for _ in range(100):
+        for _ in range(150):
             if [(await c.get(u)).status_code for u in urls] == [404, 404]:
                 break
             await anyio.sleep(0.1)

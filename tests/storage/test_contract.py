@@ -262,6 +262,22 @@ async def test_expire_deletes_completions_and_responses_by_age(store: Store) -> 
     assert await store.expire(new) == 0
 
 
+async def test_expire_goes_a_batch_at_a_time(store: Store,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    from tokenwire.storage import _sql
+
+    monkeypatch.setattr(_sql, "EXPIRE_BATCH", 2)
+    monkeypatch.setattr(_sql, "EXPIRE", tuple(
+        t.replace("LIMIT 1000", "LIMIT 2") for t in _sql.EXPIRE))
+    for i in range(5):
+        await store.put_completion(completion(f"c-{i}", created=i))
+        await store.put_response(StoredResponse(**{**response(f"r-{i}").__dict__,
+                                                   "created": i}))
+    assert await store.expire(4) == 8  # 2 + 2 (+ 0: a full batch asks again), both tables
+    assert [c.id for c in (await store.list_completions(ALICE)).data] == ["c-4"]
+    assert await store.get_response(ALICE, "r-4") is not None
+
+
 async def test_delete_document(store: Store) -> None:
     await store.put_document(Document("doc-1", ALICE, "tv", [1, 2], 1, SMOLLM2_VOCAB))
     await store.put_document(Document("doc-2", ALICE, "tv", [3], 2, SMOLLM2_VOCAB))

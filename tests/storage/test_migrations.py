@@ -9,7 +9,7 @@ import pytest
 
 from tests.storage.conftest import raw
 from tokenwire.errors import StorageError
-from tokenwire.storage import open_store
+from tokenwire.storage import StoredResponse, open_store
 from tokenwire.storage import postgres as pg_store
 from tokenwire.storage import sqlite as sqlite_store
 from tokenwire.storage._packing import pack
@@ -131,7 +131,12 @@ async def test_upgrade_from_version_4_indexes_records_by_age(store_url: str) -> 
     store = open_store(store_url)
     try:
         assert await store.get_completion("o", "c-v4") is not None
-        assert await store.expire(6) == 1
+        kept = StoredResponse(
+            id="r-v5", owner="o", model="m", created=5, tokenizer_version="tv",
+            template_version=None, vocab_size=49_152, prompt_ids=[1], output_ids=[2],
+            messages=[], input_items=[], request={}, response={})
+        await store.put_response(kept)
+        assert await store.expire(6) == 2
     finally:
         await store.aclose()
     assert {"completions_by_created", "responses_by_created"} <= _indexes(store_url)

@@ -23,7 +23,13 @@ from ..protocol.chat import ChatCompletion, ChatCompletionChunk
 from ..protocol.common import ModelCard, ModelList
 from ..protocol.completions import Completion, CompletionChunk
 from ..protocol.render import RenderResponse
-from ..protocol.storage import Document, DocumentCreated, DocumentSearchResults, ReadFormat
+from ..protocol.storage import (
+    DeletedDocument,
+    Document,
+    DocumentCreated,
+    DocumentSearchResults,
+    ReadFormat,
+)
 from ..protocol.tokenize import DetokenizeResponse, TokenizeResponse, TokenizerInfo, TokenizerList
 from ..tokenizers.base import VERSION_RE
 from ..tokenizers.hf import HFTokenizer
@@ -174,6 +180,10 @@ class Client(_Base):
     def document(self, document_id: str, *, format: ReadFormat = "tokens") -> Document:
         r = self._send("GET", f"documents/{quote(document_id, safe='')}?format={format}")
         return self._parse(r, Document)
+
+    def delete_document(self, document_id: str) -> DeletedDocument:
+        r = self._send("DELETE", f"documents/{quote(document_id, safe='')}")
+        return self._parse(r, DeletedDocument)
 
     def search_documents(self, query: str | Sequence[int], *,
                          tokenizer_version: str | None = None,
@@ -337,6 +347,10 @@ class AsyncClient(_Base):
     async def document(self, document_id: str, *, format: ReadFormat = "tokens") -> Document:
         r = await self._send("GET", f"documents/{quote(document_id, safe='')}?format={format}")
         return self._parse(r, Document)
+
+    async def delete_document(self, document_id: str) -> DeletedDocument:
+        r = await self._send("DELETE", f"documents/{quote(document_id, safe='')}")
+        return self._parse(r, DeletedDocument)
 
     async def search_documents(self, query: str | Sequence[int], *,
                                tokenizer_version: str | None = None,

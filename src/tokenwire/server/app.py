@@ -83,8 +83,10 @@ def create_app(settings: Settings | None = None, *, models: ModelRegistry | None
         try:
             yield
         finally:
-            if expire is not None:
+            if expire is not None:  # done before the store closes under it
                 expire.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await expire
             if refresh is not None:
                 refresh.cancel()
                 metrics.close()
@@ -136,6 +138,8 @@ def _open_store(settings: Settings) -> Store | None:
     url = settings.storage_url()
     if url is None:
         log.info("storage: none (store and documents are refused)")
+        if settings.storage_retention_days is not None:
+            log.warning("storage_retention_days is set but storage is none: nothing is kept")
         return None
     try:
         store = open_store(url)

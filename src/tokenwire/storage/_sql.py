@@ -124,8 +124,11 @@ INSERT_RESPONSE = (f"INSERT INTO responses ({_RESPONSE}) "
                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
 GET_RESPONSE = f"SELECT {_RESPONSE} FROM responses WHERE owner = ? AND id = ?"
 DELETE_RESPONSE = "DELETE FROM responses WHERE owner = ? AND id = ?"
-EXPIRE = ("DELETE FROM completions WHERE created < ?", "DELETE FROM responses WHERE created < ?")
-"""Stored completions and responses past retention; documents are a corpus, kept until deleted."""
+EXPIRE_BATCH = 1000
+EXPIRE = tuple(f"DELETE FROM {t} WHERE seq IN (SELECT seq FROM {t} WHERE created < ? "
+               f"LIMIT {EXPIRE_BATCH})" for t in ("completions", "responses"))
+"""Stored completions and responses past retention, a batch at a time (a first sweep of a large
+store never holds the write lock for long); documents are a corpus, kept until deleted."""
 INSERT_DOCUMENT = f"INSERT INTO documents ({_DOCUMENT}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 GET_DOCUMENT = f"SELECT {_DOCUMENT} FROM documents WHERE owner = ? AND id = ?"
 DELETE_DOCUMENT = "DELETE FROM documents WHERE owner = ? AND id = ?"

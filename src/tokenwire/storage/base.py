@@ -123,7 +123,7 @@ class Store(Protocol):
 
     async def expire(self, before: int) -> int:
         """Delete the stored completions and responses created before `before` (Unix
-        seconds), in one transaction; how many went. Documents are kept."""
+        seconds), a batch per transaction; how many went. Documents are kept."""
         ...
 
     async def put_document(self, document: Document) -> None: ...

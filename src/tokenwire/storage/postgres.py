@@ -151,10 +151,14 @@ class PostgresStore:
         return cur.rowcount > 0
 
     async def expire(self, before: int) -> int:
-        async with self._connection() as conn:  # one transaction
-            n = 0
-            for text in _sql.EXPIRE:
-                n += (await conn.execute(_q(text), (before,))).rowcount
+        n = 0
+        for text in _sql.EXPIRE:
+            while True:
+                async with self._connection() as conn:  # a transaction per batch
+                    gone = (await conn.execute(_q(text), (before,))).rowcount
+                n += gone
+                if gone < _sql.EXPIRE_BATCH:
+                    break
         return n
 
     async def put_document(self, document: Document) -> None:

@@ -30,7 +30,7 @@ async def expire_forever(store: Store, days: float) -> None:
     """Sweep until cancelled; a failed sweep is logged and tried again at the next one."""
     while True:
         try:
-            n = await store.expire(int(time.time() - days * _DAY))
+            n = await store.expire(max(0, int(time.time() - days * _DAY)))
         except StorageError as exc:
             log.warning("retention sweep failed (tried again in %.0f s): %s",
                         sweep_interval(days), exc)

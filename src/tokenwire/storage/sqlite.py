@@ -167,17 +167,17 @@ class SQLiteStore:
         return n > 0
 
     async def expire(self, before: int) -> int:
-        def delete(c: sqlite3.Connection) -> int:
-            c.execute("BEGIN IMMEDIATE")
-            try:
-                n = sum(c.execute(_q(text), (before,)).rowcount for text in _sql.EXPIRE)
-            except BaseException:
-                c.execute("ROLLBACK")
-                raise
-            c.execute("COMMIT")
-            return n
+        def batch(text: str) -> Callable[[sqlite3.Connection], int]:
+            return lambda c: c.execute(_q(text), (before,)).rowcount
 
-        return await self._run(delete)
+        n = 0
+        for text in _sql.EXPIRE:
+            while True:  # a job per batch: what waits on the store's thread runs between
+                gone = await self._run(batch(text))
+                n += gone
+                if gone < _sql.EXPIRE_BATCH:
+                    break
+        return n
 
     async def put_document(self, document: Document) -> None:
         params = _sql.document_params(document)
