@@ -194,10 +194,11 @@ class StoredResponses:
             raise ResponseNotFoundError(f"no stored response {id!r}")
         return record
 
-    async def get(self, id: str, caller: Caller, include: Sequence[str]) -> Response:
-        """The response as it went out; `include` may add `input.token_ids` (the prompt is
-        kept), and may name what the response was created with (nothing else can be made
-        again after the fact)."""
+    async def get(self, id: str, caller: Caller, include: Sequence[str]) -> dict[str, Any]:
+        """The response as it went out, the kept JSON itself (never re-validated: a record
+        written by an older release reads back as it was sent, whatever today's model
+        requires); `include` may add `input.token_ids` (the prompt is kept), and may name what
+        the response was created with (nothing else can be made again after the fact)."""
         record = await self._record(id, caller)
         body = dict(record.response)
         had = set(record.request.get("include") or [])
@@ -213,7 +214,7 @@ class StoredResponses:
                 raise UnsupportedParameterError(
                     f"response {id!r} was created without include {entry!r}, so it has none",
                     param=f"include[{i}]")
-        return Response.model_validate(body)
+        return body
 
     async def delete(self, id: str, caller: Caller) -> DeletedResponse:
         if not await self._store.delete_response(caller.owner, id):
