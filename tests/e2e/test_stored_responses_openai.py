@@ -23,6 +23,12 @@ def sampled(r: Any) -> list[int]:
     return [t for item in r.output for t in extra(item, "token_ids")]
 
 
+def assert_continues(before: Any, after: Any) -> None:
+    """`after`'s prompt begins with `before`'s prompt and the ids it sampled, exactly."""
+    kept = extra(before, "input_token_ids") + sampled(before)
+    assert extra(after, "input_token_ids")[:len(kept)] == kept
+
+
 def test_three_turns_by_previous_response_id_alone(client: openai.OpenAI) -> None:
     """No history is sent: each turn's prompt starts with the previous turn's prompt and
     sampled ids, the engine's prefix cache finds them, and the SDK's reads work."""
@@ -33,8 +39,7 @@ def test_three_turns_by_previous_response_id_alone(client: openai.OpenAI) -> Non
             model=MODEL, input=text, temperature=0, max_output_tokens=12, include=IDS,
             previous_response_id=made[-1].id if made else openai.omit))
     for before, after in zip(made, made[1:], strict=False):
-        kept = extra(before, "input_token_ids") + sampled(before)
-        assert extra(after, "input_token_ids")[:len(kept)] == kept
+        assert_continues(before, after)
         assert after.previous_response_id == before.id
     assert made[2].usage is not None
     assert made[2].usage.input_tokens_details.cached_tokens > 0

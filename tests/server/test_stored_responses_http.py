@@ -13,7 +13,7 @@ import pytest
 
 from tests.conftest import serve_in_process
 from tests.fakes import MODEL, FakeEngine, other_tokenizer
-from tests.server.test_responses_http import typed_events
+from tests.server.test_responses_http import error, typed_events
 from tests.server.test_tools_http import OUTPUT, WEATHER
 from tokenwire.errors import StorageError
 from tokenwire.storage import StoredResponse
@@ -33,12 +33,6 @@ async def create(client: httpx.AsyncClient, **kw: Any) -> dict[str, Any]:
     assert r.status_code == 200, r.text
     data: dict[str, Any] = r.json()
     return data
-
-
-def error(r: httpx.Response, status: int = 400) -> tuple[str, str | None]:
-    assert r.status_code == status, r.text
-    err = r.json()["error"]
-    return err["code"], err["param"]
 
 
 async def test_a_response_is_stored_by_default_and_reads_back_as_it_went_out(

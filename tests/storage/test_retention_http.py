@@ -12,6 +12,7 @@ from typing import Any
 import openai
 import pytest
 
+from tests.e2e.test_stored_responses_openai import assert_continues
 from tests.upstreams import tokenwire_upstream
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
@@ -56,8 +57,6 @@ def test_a_restart_with_retention_deletes_what_is_older(tmp_path: Path) -> None:
             more = c.responses.create(model=MODEL, input="Another?", temperature=0,
                                       max_output_tokens=6, include=ids,
                                       previous_response_id=kept.id)
-        turn = (kept.model_extra or {})["input_token_ids"] + [
-            t for item in kept.output for t in (item.model_extra or {})["token_ids"]]
-        assert (more.model_extra or {})["input_token_ids"][:len(turn)] == turn
+        assert_continues(kept, more)
     finally:
         server.stop()
