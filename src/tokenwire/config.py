@@ -238,6 +238,11 @@ class Settings(BaseSettings):
         "whatever else runs (batch invariance, as vLLM's VLLM_BATCH_INVARIANT); it costs the "
         "batching (docs/engines.md, \"Deterministic mode\")."
     )
+    cpu_variant: str | None = Field(
+        None, description="Embedded engine: which of ggml's CPU kernel builds the engine "
+        "process loads (haswell, alderlake, skylakex, cascadelake, icelake, zen4, x64); "
+        "default: the best this CPU runs, never an AMX one (docs/engines.md)."
+    )
     max_queued: int = Field(
         256, ge=0, description="Requests that may wait for a free sequence slot (then 429)."
     )
@@ -271,7 +276,8 @@ class Settings(BaseSettings):
         None, ge=1, le=256, description="Serving processes on the port (`--workers`): upstream "
         "engines default to one per core available, as vLLM's `--api-server-count` and "
         "LiteLLM advise; they share the fleet's state through the box's memory "
-        "(docs/deploy.md). The embedded engine serves in one process."
+        "(docs/deploy.md). The embedded engine defaults to one: its engine runs in a process "
+        "of its own, which every serving process shares."
     )
 
     # -- safety -----------------------------------------------------------------------------
@@ -361,13 +367,6 @@ class Settings(BaseSettings):
         elif self.tokenizer is None:
             raise ValueError(f"the {self.engine} engine needs --tokenizer (a Hugging Face "
                              "tokenizer directory or a GGUF file)")
-        return self
-
-    @model_validator(mode="after")
-    def _workers_fit_engine(self) -> Settings:
-        if self.engine == "embedded" and (self.workers or 1) > 1:
-            raise ValueError("the embedded engine serves in one process (its weights, KV cache "
-                             "and batch are that process's): --workers is for upstream engines")
         return self
 
     @property

@@ -198,6 +198,10 @@ class Metrics:
         self._waiting = Gauge(
             "tokenwire_num_requests_waiting", "Sequences admitted and waiting for a slot.",
             model, registry=reg, multiprocess_mode="livemostrecent")
+        self._restarts = Gauge(
+            "tokenwire_engine_restarts", "Times the embedded engine's process was started "
+            "again after it died (SIGSEGV, SIGKILL, the OOM killer), since the server started.",
+            model, registry=reg, multiprocess_mode="livemostrecent")
         self._steps = Histogram(
             "tokenwire_iteration_tokens_total", "Tokens per engine step (per llama_decode).",
             model, buckets=STEP_BUCKETS, registry=reg)
@@ -223,7 +227,8 @@ class Metrics:
     def attach(self, model: str, engine: object) -> None:
         """Watch a served model's engine: its queues are read at each scrape, and the embedded
         engine reports every decode step. What an engine does not offer is left out."""
-        for gauge, attr in ((self._running, "n_active"), (self._waiting, "n_waiting")):
+        for gauge, attr in ((self._running, "n_active"), (self._waiting, "n_waiting"),
+                            (self._restarts, "restarts")):
             if hasattr(engine, attr):
                 if self._shared is None:
                     gauge.labels(model).set_function(partial(getattr, engine, attr))

@@ -16,6 +16,8 @@ from pathlib import Path
 import llama_cpp as L
 import numpy as np
 
+from .cpu import load_cpu_backend
+
 __all__ = ["Batch", "LlamaModel", "LoraError", "Sampler", "default_threads", "log_softmax",
            "silence_logs", "vocab_eog_ids"]
 
@@ -25,6 +27,7 @@ _LOG_CB = None
 def silence_logs() -> None:
     """Route llama.cpp's stderr chatter nowhere (it logs every load in detail)."""
     global _LOG_CB
+    load_cpu_backend()  # before llama.cpp looks for a backend (a build with CPU variants)
     if _LOG_CB is None:
         _LOG_CB = L.llama_log_callback(lambda level, text, data: None)
         L.llama_log_set(_LOG_CB, ctypes.c_void_p())

@@ -37,6 +37,7 @@ __all__ = [
     "EventStream",
     "FinishEvent",
     "Grammar",
+    "ProcessHealth",
     "PromptLogprobsEvent",
     "ReplicaHealth",
     "ReplicaLostError",
@@ -261,11 +262,26 @@ class ReplicaHealth:
 
 
 @dataclass(frozen=True)
+class ProcessHealth:
+    """The embedded engine's process (the supervisor's word for it)."""
+
+    state: Literal["starting", "up", "restarting", "failed", "stopped"]
+    pid: int | None = None
+    restarts: int = 0
+    """Times it was started again after it died."""
+    last_exit: str | None = None
+    """How it last died (SIGSEGV, SIGKILL, ...), or why it could not be restarted."""
+    backend: str | None = None
+    """The CPU and the ggml CPU variant it runs."""
+
+
+@dataclass(frozen=True)
 class EngineHealth:
     ok: bool
     """Can serve a request now (at least one replica is healthy)."""
     reason: str | None = None
     replicas: tuple[ReplicaHealth, ...] = ()
+    engine_process: ProcessHealth | None = None
 
 
 @runtime_checkable

@@ -223,6 +223,10 @@ class LlamaCppEngine:
         self._version = ""
         """The weight version label every sampled token is stamped with."""
         self._base_version = ""
+        self._weights: Path = self._path
+        """The GGUF whose weights serve now (`load_weights` replaces the model's)."""
+        self._adapters: list[tuple[Path, float]] = []
+        """The LoRA adapters applied now, with their scales."""
         self._model_lock = threading.Lock()
         """Held while another thread reads the model's vocabulary (grammar compiles) and while
         the worker replaces the model."""
@@ -337,9 +341,7 @@ class LlamaCppEngine:
 
     async def submit(self, prompt: Sequence[int], params: SamplingParams) -> _EventStream:
         """Admit a sequence now (raising if the engine is down or its queue is full)."""
-        check_prompt(prompt, self.info)
-        if params.grammar is not None:  # off the loop: the first builds the vocabulary's index
-            await asyncio.to_thread(self._compile, params.grammar)
+        await self.prepare(prompt, params)
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[EngineEvent | BaseException] = asyncio.Queue()
         seq = _Seq(prompt=list(prompt), params=params, emit=lambda ev: None)
@@ -351,6 +353,24 @@ class LlamaCppEngine:
                 seq.cancelled = True
 
         seq.emit = emit
+        self._enqueue(seq)
+        return _EventStream(self, seq, queue)
+
+    async def prepare(self, prompt: Sequence[int], params: SamplingParams) -> None:
+        """What admission checks before queueing: the prompt, and the grammar compiled."""
+        check_prompt(prompt, self.info)
+        if params.grammar is not None:  # off the loop: the first builds the vocabulary's index
+            await asyncio.to_thread(self._compile, params.grammar)
+
+    def admit(self, prompt: Sequence[int], params: SamplingParams,
+              emit: Callable[[EngineEvent | BaseException], None]) -> Callable[[], None]:
+        """Queue a prepared sequence whose events go to `emit`, called on the worker thread
+        (the engine process batches them onto its connection); returns its cancel."""
+        seq = _Seq(prompt=list(prompt), params=params, emit=emit)
+        self._enqueue(seq)
+        return lambda: self._cancel(seq)
+
+    def _enqueue(self, seq: _Seq) -> None:
         with self._cv:
             if self._stopping or self._thread is None or not self._thread.is_alive():
                 raise ServiceUnavailableError("the engine is not running")
@@ -359,7 +379,6 @@ class LlamaCppEngine:
                 raise RateLimitError("too many requests are waiting for the engine")
             self._waiting.append(seq)
             self._cv.notify()
-        return _EventStream(self, seq, queue)
 
     def _cancel(self, seq: _Seq) -> None:
         with self._cv:
@@ -735,6 +754,12 @@ class LlamaCppEngine:
     def weight_version(self) -> str:
         return self._version
 
+    def control_state(self) -> dict[str, object]:
+        """What the control plane has set (the engine process keeps it across a restart)."""
+        return {"weights": str(self._weights), "base_version": self._base_version,
+                "adapters": [[str(p), s] for p, s in self._adapters],
+                "version": self._version, "paused": self._paused}
+
     async def pause(self, mode: PauseMode) -> None:
         """vLLM's pause: `abort` ends every sequence now (finish reason "abort"), `wait` lets
         them run to their end and returns then, `keep` freezes them where they stand until
@@ -826,6 +851,7 @@ class LlamaCppEngine:
                 self._slots = Slots(self._n_parallel)
                 self._gen += 1
                 self._version = self._base_version = label
+                self._weights, self._adapters = path, []
             log.info("new weights from %s (version %s; %d sequences waiting)", path, label,
                      held)
             return label
@@ -853,5 +879,6 @@ class LlamaCppEngine:
             with self._cv:
                 self._new_generation()
                 self._version = label
+                self._adapters = list(adapters)
             return label
         return str(await self.on_worker(job))

@@ -29,15 +29,9 @@ class EngineSpec:
 
 
 def _embedded(spec: EngineSpec) -> Engine:
-    from .llamacpp import LlamaCppEngine
+    from .embedded import embedded_engine
 
-    s = spec.settings
-    return LlamaCppEngine(s.model_path(), model_id=s.served_model_name,
-                          max_model_len=s.max_model_len, n_parallel=s.n_parallel,
-                          n_batch=s.n_batch, n_threads=s.n_threads, max_queued=s.max_queued,
-                          tokenizer=spec.source.tokenizer, prefix_cache=s.prefix_cache,
-                          deterministic=s.deterministic, logprobs_mode=s.logprobs_mode,
-                          sampling_mask=s.return_sampling_mask)
+    return embedded_engine(spec.settings, spec.source.tokenizer)
 
 
 def _vllm(spec: EngineSpec) -> Engine:

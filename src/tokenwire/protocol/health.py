@@ -6,7 +6,7 @@ from typing import Literal
 
 from ._base import ResponseModel
 
-__all__ = ["Health", "ModelHealth", "ReplicaHealthInfo"]
+__all__ = ["EngineProcessInfo", "Health", "ModelHealth", "ReplicaHealthInfo"]
 
 
 class ReplicaHealthInfo(ResponseModel):
@@ -22,11 +22,27 @@ class ReplicaHealthInfo(ResponseModel):
     """Requests admitted on this replica since start."""
 
 
+class EngineProcessInfo(ResponseModel):
+    """The embedded engine's process."""
+
+    state: Literal["starting", "up", "restarting", "failed", "stopped"]
+    pid: int | None = None
+    restarts: int = 0
+    """Times it was started again after it died."""
+    last_exit: str | None = None
+    """How it last died (SIGSEGV, SIGKILL, ...), or why it could not be restarted."""
+    backend: str | None = None
+    """The CPU and the ggml CPU variant it runs."""
+
+
 class ModelHealth(ResponseModel):
+    omit_if_none = frozenset({"engine_process"})
     ok: bool
     """Can serve a request now (at least one replica is healthy)."""
     reason: str | None = None
     replicas: list[ReplicaHealthInfo] = []
+    engine_process: EngineProcessInfo | None = None
+    """The embedded engine's process: its pid, restarts and CPU kernels."""
 
 
 class Health(ResponseModel):

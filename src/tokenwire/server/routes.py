@@ -220,7 +220,8 @@ async def health(request: Request) -> Response:
     ok = bool(report) and all(h.ok for h in report.values())
     trusted = not request.app.state.settings.api_keys or caller_of(request).api_key is not None
     detail = {name: ModelHealth.model_validate(dataclasses.asdict(h))
-              for name, h in report.items() if trusted and (h.replicas or not h.ok)}
+              for name, h in report.items()
+              if trusted and (h.replicas or h.engine_process or not h.ok)}
     body = Health(status="ok" if ok else "unavailable", models=detail or None)
     return ModelResponse(body, status_code=200 if ok else 503)
 

@@ -31,6 +31,16 @@ from typing import Any
 from starlette.applications import Starlette
 
 from ..config import Settings
+from ..engines.embedded import (
+    ENGINE_DIR_ENV,
+    core_config,
+    exit_on_give_up,
+    gave_up,
+    give_up,
+    status_path,
+)
+from ..engines.embedded.supervisor import Supervisor
+from ..errors import EngineStartError
 from ..engines.upstream.board import RUN_DIR_ENV
 from ..metrics import SHARED_DIR_ENV
 
@@ -47,22 +57,48 @@ def supervise(settings: Settings, overrides: dict[str, Any]) -> int:
     from uvicorn.config import STARTUP_FAILURE
     from uvicorn.supervisors import Multiprocess
 
-    if not asyncio.run(_check(settings)):
-        return 1
     run_dir = Path(tempfile.mkdtemp(prefix="tokenwire-"))
     (run_dir / "metrics").mkdir()
-    os.environ.update({RUN_DIR_ENV: str(run_dir), SHARED_DIR_ENV: str(run_dir / "metrics"),
-                       SETTINGS_ENV: json.dumps(overrides, default=str)})
-    config = uvicorn.Config("tokenwire.server.worker:app", factory=True, host=settings.host,
-                            port=settings.port, workers=settings.max_workers,
-                            log_level=settings.log_level, timeout_graceful_shutdown=30)
-    supervisor = Multiprocess(config, sockets=[config.bind_socket()])
+    engines: list[Supervisor] = []
     try:
+        if not _start_engines(settings, run_dir, engines) or not asyncio.run(_check(settings)):
+            return 1
+        os.environ.update({RUN_DIR_ENV: str(run_dir), SHARED_DIR_ENV: str(run_dir / "metrics"),
+                           SETTINGS_ENV: json.dumps(overrides, default=str)})
+        config = uvicorn.Config("tokenwire.server.worker:app", factory=True, host=settings.host,
+                                port=settings.port, workers=settings.max_workers,
+                                log_level=settings.log_level, timeout_graceful_shutdown=30)
+        supervisor = Multiprocess(config, sockets=[config.bind_socket()])
+        # an engine process that cannot be restarted ends the server (then exit 1)
+        exit_on_give_up(supervisor.should_exit.set)
+        if gave_up():
+            return 1
         supervisor.run()
+        failed = any(p.exitcode == STARTUP_FAILURE for p in supervisor.processes)
+        return 1 if failed or gave_up() else 0
     finally:
+        for engine in engines:
+            engine.stop()
         shutil.rmtree(run_dir, ignore_errors=True)
-    failed = any(p.exitcode == STARTUP_FAILURE for p in supervisor.processes)
-    return 1 if failed else 0
+
+
+def _start_engines(settings: Settings, run_dir: Path, started: list[Supervisor]) -> bool:
+    """The embedded models' engine processes, run here for every worker (which connect to
+    their sockets in `run_dir`); False after one clear line when one cannot start."""
+    for model in settings.model_settings():
+        if model.engine != "embedded":
+            continue
+        config = core_config(model, run_dir)
+        engine = Supervisor(config, status_path(config), on_give_up=give_up)
+        try:
+            engine.start()
+        except EngineStartError as exc:
+            print(f"tokenwire serve: not starting: {exc}", file=sys.stderr)
+            return False
+        started.append(engine)
+    if started:
+        os.environ[ENGINE_DIR_ENV] = str(run_dir)
+    return True
 
 
 async def _check(settings: Settings) -> bool:

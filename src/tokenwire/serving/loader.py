@@ -28,6 +28,8 @@ log = logging.getLogger(__name__)
 async def _eog_ids(source: TokenizerSource, settings: Settings) -> frozenset[int]:
     if source.eog_ids is not None:
         return source.eog_ids
+    if settings.engine == "embedded":  # its engine process says (`EngineInfo.eog_ids`)
+        return frozenset()
     # a GGUF: llama.cpp's own rules decide which ids end generation (also for llama-server)
     from ..engines._llama import vocab_eog_ids
 
