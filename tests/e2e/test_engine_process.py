@@ -271,3 +271,37 @@ def test_workers_share_one_engine_process_and_survive_its_crash(tmp_path: Path) 
         assert codes == [200] * 8
     finally:
         srv.stop()
+
+
+HOSTILE = [
+    b'{"new_version": "\\ud800"}', b'{"weight_version": "\\udfff tail"}', b'{"new_version": ""}',
+    b'{"new_version": 7}', b'{"new_version": "' + b"v" * 300 + b'"}', b'{"surprise": 1}',
+    b'[1, 2]', b'"text"', b'{"new_version": "ok", "extra": true}', b'{not json',
+    b'{"update_info": {"weights_path": "\\ud800"}}', b'{"update_info": "x"}',
+    b'{"update_info": {"lora": [{"path": 5}]}}', b'{"update_info": {"lora_path": "/nope"}}',
+    b'{"method": "\\ud83d"}', b'{"method": "reload_weights", "kwargs": {"weights_path": 1}}',
+    b'{"init_info": null}', b'\x00\xff',
+]
+
+
+def test_hostile_control_bodies_leave_the_server_serving(server: Upstream) -> None:
+    """Every control route, every hostile body: a 4xx naming the field (or the call done),
+    never a 500, and nothing left set that a later request cannot serve."""
+    from tokenwire.protocol.control import CONTROL_OPS
+
+    url = server.url
+    for op, (method, path) in CONTROL_OPS.items():
+        for body in HOSTILE:
+            r = httpx.request(method, f"{url}{path}", content=body, timeout=30,
+                              headers={"content-type": "application/json"})
+            assert r.status_code < 500, (op, body, r.status_code, r.text)
+            if r.status_code >= 400:
+                assert r.json()["error"]["message"], (op, body)
+    httpx.post(f"{url}/resume", timeout=30)
+    r = httpx.post(f"{url}/v1/chat/completions", timeout=60,
+                   json={"model": MODEL, "messages": STORY, "max_tokens": 4})
+    assert r.status_code == 200, r.text
+    r = httpx.post(f"{url}/update_weight_version", content=HOSTILE[0], timeout=30)
+    assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_json"
+    r = httpx.post(f"{url}/update_weight_version", content=HOSTILE[8], timeout=30)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "extra"

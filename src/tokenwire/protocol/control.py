@@ -7,7 +7,15 @@ tokenwire unchanged; tokenwire adds `replicas` (each replica's status and body) 
 
 from __future__ import annotations
 
-__all__ = ["CONTROL_OPS"]
+from typing import Annotated, Any
+
+from pydantic import Field, StringConstraints
+
+from ._base import RequestModel
+
+__all__ = ["CONTROL_BODIES", "CONTROL_OPS", "CollectiveRpcBody", "ControlBody",
+           "FinishWeightUpdateBody", "InitWeightTransferBody", "Label",
+           "UpdateWeightVersionBody", "UpdateWeightsBody"]
 
 CONTROL_OPS: dict[str, tuple[str, str]] = {
     "pause": ("POST", "/pause"),
@@ -26,3 +34,52 @@ CONTROL_OPS: dict[str, tuple[str, str]] = {
     "collective_rpc": ("POST", "/collective_rpc"),
 }
 """(method, path) of each control call."""
+
+
+Label = Annotated[str, StringConstraints(min_length=1, max_length=256)]
+"""A weight version label: free text, bounded (every sampled token carries it)."""
+_Name = Annotated[str, StringConstraints(min_length=1, max_length=256)]
+
+
+class ControlBody(RequestModel):
+    """The body of a call that takes none (vLLM's take their options in the query): empty, or
+    `{}`."""
+
+
+class UpdateWeightVersionBody(ControlBody):
+    new_version: Label
+    """The label every token sampled from now on carries (`weight_versions`)."""
+
+
+class FinishWeightUpdateBody(ControlBody):
+    weight_version: Label | None = None
+    """Relabel the weights as this version (else the label stays)."""
+
+
+class InitWeightTransferBody(ControlBody):
+    init_info: dict[str, Any]
+    """The weight transfer backend's own settings (passed to a vLLM replica as sent)."""
+
+
+class UpdateWeightsBody(ControlBody):
+    update_info: dict[str, Any] | list[dict[str, Any]] = Field(default_factory=dict)
+    """vLLM's `WeightTransferUpdatePayload`; the embedded engine reads `weights_path` (a GGUF),
+    or `lora_path` and `lora_scale`, or `lora` (a list of `{path, scale}`), and an optional
+    `weight_version`."""
+
+
+class CollectiveRpcBody(ControlBody):
+    method: _Name
+    args: list[str] = Field(default_factory=list)
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+    timeout: float | None = None
+
+
+CONTROL_BODIES: dict[str, type[ControlBody]] = {
+    "update_weight_version": UpdateWeightVersionBody,
+    "finish_weight_update": FinishWeightUpdateBody,
+    "init_weight_transfer_engine": InitWeightTransferBody,
+    "update_weights": UpdateWeightsBody,
+    "collective_rpc": CollectiveRpcBody,
+}
+"""The typed body of each control call that takes one (the others: `ControlBody`)."""

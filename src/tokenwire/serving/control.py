@@ -40,14 +40,18 @@ class ControlService:
         self._models = models
         self._settings = settings
 
-    async def call(self, call: ControlCall, caller: Caller, host: str | None) -> dict[str, Any]:
-        if call.op not in CONTROL_OPS:
-            raise InvalidRequestError(f"no control call {call.op!r}")
+    def authorize(self, op: str, caller: Caller, host: str | None) -> None:
+        """Refuse a caller who may not call `op` (before its body is read)."""
+        if op not in CONTROL_OPS:
+            raise InvalidRequestError(f"no control call {op!r}")
         if not self._settings.control_allowed(caller.api_key, host):
-            log.warning("control %s refused: %s is not an admin", call.op, _who(caller, host))
+            log.warning("control %s refused: %s is not an admin", op, _who(caller, host))
             raise PermissionDeniedError(
-                f"{call.op} is a control-plane call: it needs an admin key (TOKENWIRE_ADMIN_KEYS)"
+                f"{op} is a control-plane call: it needs an admin key (TOKENWIRE_ADMIN_KEYS)"
                 " or, on a server without keys, a loopback client")
+
+    async def call(self, call: ControlCall, caller: Caller, host: str | None) -> dict[str, Any]:
+        self.authorize(call.op, caller, host)
         log.info("control %s %s by %s", call.op, dict(call.query), _who(caller, host))
         answers: list[tuple[str, ControlAnswer]] = []
         for m in self._models.all():
