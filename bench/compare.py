@@ -53,6 +53,7 @@ from bench._workloads import WorkloadError, agent, concurrent, prefix_cache, sin
 from tokenwire.config import default_model_path  # noqa: E402
 
 BASELINE = "llama-server"
+IN_PROCESS = "tokenwire in-process"
 N_SEQ, SEQ_LEN, THREADS, N_BATCH = 8, 2048, 2, 512  # N_BATCH: tokenwire's default n_batch
 AGENT_TURNS = 10
 
@@ -82,6 +83,12 @@ def contenders(model: Path, llama_server: Path, configured: bool) -> list[Conten
     return [
         Contender("tokenwire", lambda p: [str(tw), "serve", "--port", str(p), "--n-parallel",
                                           n, "--max-model-len", str(SEQ_LEN)],
+                  "/health", {"TOKENWIRE_N_THREADS": t}),
+        # the same engine in the server's process (as before it had one of its own): what the
+        # transport between the two processes costs
+        Contender(IN_PROCESS, lambda p: [str(tw), "serve", "--port", str(p), "--n-parallel",
+                                         n, "--max-model-len", str(SEQ_LEN),
+                                         "--no-engine-process"],
                   "/health", {"TOKENWIRE_N_THREADS": t}),
         # -b/-ub: tokenwire's n_batch (its ubatch is the same); -np given, so each slot has
         # its own -c/np cells (kv_unified off), as in tokenwire
@@ -219,9 +226,12 @@ def versions(llama_server: Path) -> dict[str, str]:
 
 
 def _default_llama_server() -> Path:
-    """Where the Makefile builds it: from the llama.cpp that our llama-cpp-python vendors."""
+    """Where the Makefile builds it: from the llama.cpp that our llama-cpp-python vendors (a
+    folder per build recipe: the newest)."""
     version = importlib.metadata.version("llama-cpp-python")
-    return Path.home() / ".cache" / "tokenwire" / f"llama-server-{version}" / "llama-server"
+    built = sorted((Path.home() / ".cache" / "tokenwire").glob(f"llama-server-{version}-*"),
+                   key=lambda p: p.stat().st_mtime)
+    return (built[-1] if built else Path("llama-server-not-built")) / "llama-server"
 
 
 def _terminate(signum: int, _frame: Any) -> NoReturn:

@@ -81,7 +81,8 @@ def test_seeds_are_mixed_not_truncated() -> None:
     (["--upstream", "http://h:8000"], "--upstream is for upstream engines"),
     (["--engine", "tgi", "--upstream", "http://h:8000"], "engine: Input should be"),
     (["--return-sampling-mask"], "needs logprobs_mode 'processed_logprobs'"),
-    (["--workers", "2"], "the embedded engine serves in one process"),
+    (["--workers", "2", "--no-engine-process"], "--workers needs the embedded engine in a "
+     "process of its own"),
     (["--engine", "vllm", "--upstream", "http://h:8000", "--tokenizer", "x.gguf", "--workers",
       "0"], "workers: Input should be greater than or equal to 1"),
 ])

@@ -40,6 +40,7 @@ def _serve(args: argparse.Namespace) -> int:
         "n_threads": args.n_threads, "n_batch": args.n_batch,
         "deterministic": args.deterministic, "logprobs_mode": args.logprobs_mode,
         "return_sampling_mask": args.return_sampling_mask, "workers": args.workers,
+        "engine_process": args.engine_process, "cpu_variant": args.cpu_variant,
     }.items() if v is not None}
     try:
         settings = Settings(**overrides)
@@ -305,8 +306,13 @@ def _parser() -> argparse.ArgumentParser:
                                                "raw_logits", "processed_logits"],
                    help="vLLM's: what logprobs report, of the model's distribution (raw, "
                    "the default) or of the one the sampler drew from (processed)")
-    s.add_argument("--workers", type=int, help="serving processes on the port (upstream "
-                   "engines; default: one per core)")
+    s.add_argument("--workers", type=int, help="serving processes on the port (default: "
+                   "one per core for upstream engines, one for the embedded engine)")
+    s.add_argument("--no-engine-process", dest="engine_process", action="store_const",
+                   const=False, help="run the embedded engine in the server's process (a "
+                   "native crash then ends the server; for profilers)")
+    s.add_argument("--cpu-variant", help="ggml CPU kernels to load (haswell, zen4, ...; "
+                   "default: the best this CPU runs)")
     s.add_argument("--return-sampling-mask", action="store_const", const=True,
                    help="vLLM's: each sampled token on /inference/v1/generate lists the ids "
                    "the sampler could have drawn (needs --logprobs-mode processed_logprobs)")

@@ -238,6 +238,12 @@ class Settings(BaseSettings):
         "whatever else runs (batch invariance, as vLLM's VLLM_BATCH_INVARIANT); it costs the "
         "batching (docs/engines.md, \"Deterministic mode\")."
     )
+    engine_process: bool = Field(
+        True, description="Embedded engine: run it in a process of its own, restarted when it "
+        "dies (a native crash costs the requests in flight, never the server). False: in the "
+        "server's process, as earlier releases ran it (for profilers and the benchmark's "
+        "comparison); --workers then cannot be used."
+    )
     cpu_variant: str | None = Field(
         None, description="Embedded engine: which of ggml's CPU kernel builds the engine "
         "process loads (haswell, alderlake, skylakex, cascadelake, icelake, zen4, x64); "
@@ -367,6 +373,14 @@ class Settings(BaseSettings):
         elif self.tokenizer is None:
             raise ValueError(f"the {self.engine} engine needs --tokenizer (a Hugging Face "
                              "tokenizer directory or a GGUF file)")
+        return self
+
+    @model_validator(mode="after")
+    def _workers_fit_engine(self) -> Settings:
+        if self.engine == "embedded" and not self.engine_process and (self.workers or 1) > 1:
+            raise ValueError("--workers needs the embedded engine in a process of its own "
+                             "(engine_process true): in the server's process, its weights, KV "
+                             "cache and batch are that process's")
         return self
 
     @property

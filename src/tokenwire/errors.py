@@ -30,6 +30,7 @@ serving as configured (`SetupError`) are in the same tree, told to the operator,
     ├── RequestTooLargeError (413)           request_too_large
     ├── RateLimitError (429)                 queue_full
     ├── EngineError (503)                    engine_error
+    │   └── EngineCrashedError               engine_crashed: the engine process died mid-request
     ├── StorageError (503)                   storage_unavailable
     ├── ServiceUnavailableError (503)        engine_unavailable
     │   └── ReplicaLostError                 (engines.base) a replica went away mid-response
@@ -56,6 +57,7 @@ __all__ = [
     "ClientError",
     "ContentPolicyViolationError",
     "ContextLengthExceededError",
+    "EngineCrashedError",
     "EngineError",
     "EngineStartError",
     "GGUFFormatError",
@@ -248,6 +250,17 @@ class EngineError(TokenwireError):
     status_code = 503
     error_type = "server_error"
     default_code = "engine_error"
+
+
+class EngineCrashedError(EngineError):
+    """The embedded engine's process died while serving this request; it is being started
+    again, so retry (`Retry-After`)."""
+
+    default_code = "engine_crashed"
+
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None):
+        super().__init__(message, param=param, code=code)
+        self.headers["Retry-After"] = "1"
 
 
 class StorageError(TokenwireError):

@@ -75,8 +75,10 @@ def matches(expected: Any, actual: Any, where: str = "$") -> None:
         # or partly served by the prefix cache): the last digits of a logprob move, by up to
         # ~0.05 here on a short prompt (docs/engines.md, "Exactness"); through real vLLM the
         # weights are bf16 dequantized from the Q4_1 the examples were written with: measured
-        # 0.26 apart on a scored prompt
-        tolerance = 1.0 if TEST_UPSTREAM == "vllm" else 0.1
+        # 0.26 apart on a scored prompt. ggml's CPU variants differ too (the engine loads the
+        # one for its CPU): a prompt logprob 0.14 apart between haswell (AVX2) and the AVX-512
+        # build the examples were written on
+        tolerance = 1.0 if TEST_UPSTREAM == "vllm" else 0.25
         assert isinstance(actual, int | float) and math.isclose(expected, actual,
                                                                 abs_tol=tolerance), \
             f"{where}: {actual} != {expected}"

@@ -249,7 +249,11 @@ async def test_idle_slots_count_before_the_queue(model_path) -> None:  # type: i
 async def test_the_prefix_cache_reuses_a_conversation_and_changes_nothing(
         engine: LlamaCppEngine, prompt_of, gguf_info: TokenizerSource) -> None:  # type: ignore[no-untyped-def]
     """Turn 2's prompt starts with turn 1's prompt and output: only the rest is computed, and
-    the greedy output is the one a full prefill gives (a scoring request reuses nothing)."""
+    what the model reads is the same: each id sampled from the cached prefix has the logprob a
+    full prefill of the same ids gives it (a scoring request reuses nothing), to the bound that
+    llama.cpp's cut-dependent numerics allow (docs/engines.md, "Exactness": the greedy ids
+    themselves may flip on a near tie, and do on some CPU variants: on haswell at the third
+    id of this prompt)."""
     tok = gguf_info.tokenizer
     first = prompt_of("Name three colours.")
     out, fin = await run(engine, first, max_tokens=24)
@@ -257,15 +261,19 @@ async def test_the_prefix_cache_reuses_a_conversation_and_changes_nothing(
     follow = tok.encode("<|im_end|>\n<|im_start|>user\nAnd three fruits?<|im_end|>\n"
                         "<|im_start|>assistant\n", parse_special=True)
     second = first + ids(out) + follow
-    cached_out, cached_fin = await run(engine, second, max_tokens=24)
+    cached_out, cached_fin = await run(engine, second, max_tokens=24, logprobs=0)
     # all of turn 1's ids but the last sampled one were fed, so their KV is there
     assert cached_fin.cached_tokens is not None
     assert cached_fin.cached_tokens >= len(first) + len(out) - 1
-    params = SamplingParams(max_tokens=24, temperature=0.0, prompt_logprobs=0)
-    events = [ev async for ev in await engine.submit(second, params)]
+    params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0)
+    events = [ev async for ev in await engine.submit(second + ids(cached_out), params)]
     full_fin = events[-1]
     assert isinstance(full_fin, FinishEvent) and full_fin.cached_tokens == 0
-    assert ids(cached_out) == [e.token_id for e in events if isinstance(e, TokenEvent)]
+    scored = next(e for e in events if isinstance(e, PromptLogprobsEvent)).entries
+    full = [e.logprob for e in scored[len(second) - 1:]]
+    assert [e.token_id for e in scored[len(second) - 1:]] == ids(cached_out)
+    cached = [t.logprob for t in cached_out]
+    assert all(abs(a - b) < 1.0 for a, b in zip(cached, full, strict=True)), (cached, full)
     # the same prompt again: everything but its last token comes from the cache
     _, again = await run(engine, second, max_tokens=1)
     assert again.cached_tokens == len(second) - 1

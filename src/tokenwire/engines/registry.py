@@ -29,9 +29,21 @@ class EngineSpec:
 
 
 def _embedded(spec: EngineSpec) -> Engine:
-    from .embedded import embedded_engine
+    s = spec.settings
+    if s.engine_process:
+        from .embedded import embedded_engine
 
-    return embedded_engine(spec.settings, spec.source.tokenizer)
+        return embedded_engine(s, spec.source.tokenizer)
+    from .cpu import load_cpu_backend
+    from .llamacpp import LlamaCppEngine
+
+    load_cpu_backend(s.cpu_variant)
+    return LlamaCppEngine(s.model_path(), model_id=s.served_model_name,
+                          max_model_len=s.max_model_len, n_parallel=s.n_parallel,
+                          n_batch=s.n_batch, n_threads=s.n_threads, max_queued=s.max_queued,
+                          tokenizer=spec.source.tokenizer, prefix_cache=s.prefix_cache,
+                          deterministic=s.deterministic, logprobs_mode=s.logprobs_mode,
+                          sampling_mask=s.return_sampling_mask)
 
 
 def _vllm(spec: EngineSpec) -> Engine:

@@ -40,8 +40,8 @@ from ..engines.embedded import (
     status_path,
 )
 from ..engines.embedded.supervisor import Supervisor
-from ..errors import EngineStartError
 from ..engines.upstream.board import RUN_DIR_ENV
+from ..errors import EngineStartError
 from ..metrics import SHARED_DIR_ENV
 
 __all__ = ["SETTINGS_ENV", "app", "supervise"]

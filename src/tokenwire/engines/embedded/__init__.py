@@ -14,9 +14,9 @@ from pathlib import Path
 from ...config import Settings
 from ...tokenizers.hf import HFTokenizer
 from .core import CoreConfig
-from .engine import EmbeddedEngine, EngineCrashedError
+from .engine import EmbeddedEngine
 
-__all__ = ["ENGINE_DIR_ENV", "EmbeddedEngine", "EngineCrashedError", "core_config",
+__all__ = ["ENGINE_DIR_ENV", "EmbeddedEngine", "core_config",
            "embedded_engine", "exit_on_give_up", "gave_up", "give_up", "status_path"]
 
 ENGINE_DIR_ENV = "TOKENWIRE_ENGINE_DIR"

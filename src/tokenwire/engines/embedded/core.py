@@ -136,10 +136,13 @@ class _Connection:
 
     def emit(self, key: int) -> Callable[[EngineEvent | BaseException], None]:
         def emit(ev: EngineEvent | BaseException) -> None:  # on the worker thread
+            out: EngineEvent | Failure
             if isinstance(ev, BaseException):
-                ev = Failure.of(ev if isinstance(ev, TokenwireError)
-                                else EngineError(f"the engine failed: {ev}"))
-            self._outbox.append((key, ev))
+                out = Failure.of(ev if isinstance(ev, TokenwireError)
+                                 else EngineError(f"the engine failed: {ev}"))
+            else:
+                out = ev
+            self._outbox.append((key, out))
             if not self._woken:
                 self._woken = True
                 try:
@@ -175,15 +178,20 @@ class _Core:
         self._backend = backend
         self._restore_error = restore_error
         self._steps: list[int] = []
-        engine.on_step = self._steps.append
+        engine.on_step = self._step
+        self._connections: set[_Connection] = set()
+
+    def _step(self, n: int) -> None:  # on the worker thread, after each decode
+        self._steps.append(n)
 
     def take_steps(self) -> list[int]:
-        steps, self._steps[:] = self._steps[:], []
+        steps, self._steps = self._steps, []
         return steps
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         conn = _Connection(self, writer)
         conn.send(("hello", self.engine.info, self._backend.describe(), self._restore_error))
+        self._connections.add(conn)
         try:
             while True:
                 message = await read_frame(reader)
@@ -191,8 +199,21 @@ class _Core:
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
         finally:
+            self._connections.discard(conn)
             conn.close()
             writer.close()
+
+    async def report_load(self) -> None:
+        """Queue depths change without events too (a cancelled sequence leaves silently):
+        every HTTP process hears of a change within 0.1 s, for /metrics."""
+        last = (0, 0)
+        while True:
+            await asyncio.sleep(0.1)
+            now = (self.engine.n_active, self.engine.n_waiting)
+            if now != last:
+                last = now
+                for conn in list(self._connections):
+                    conn.send(("events", [], [], *now))
 
     async def _handle(self, conn: _Connection, message: tuple[Any, ...]) -> None:
         kind, key = message[0], message[1]
@@ -264,20 +285,29 @@ async def _run(config: CoreConfig) -> None:
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     _say(stage="ready", backend=backend.describe(), pid=os.getpid())
     os.dup2(2, 1)  # from now on stdout is the log's
-    watch = asyncio.create_task(_orphaned(stop))
+    tasks = [asyncio.create_task(_watch(engine, stop)), asyncio.create_task(core.report_load())]
     async with server:
         await stop.wait()
-    watch.cancel()
+    for task in tasks:
+        task.cancel()
     await engine.aclose()
 
 
-async def _orphaned(stop: asyncio.Event) -> None:
-    """A server killed outright (SIGKILL) cannot stop its engine: it stops when orphaned."""
+async def _watch(engine: LlamaCppEngine, stop: asyncio.Event) -> None:
+    """A server killed outright (SIGKILL) cannot stop its engine: it stops when orphaned. An
+    engine whose worker thread stopped on an error (its sequences failed with it) is restarted
+    fresh: the process exits, and the supervisor starts another."""
     parent = os.getppid()
-    while os.getppid() == parent:
+    while True:
         await asyncio.sleep(0.5)
-    log.warning("the server that started the engine process is gone: stopping")
-    stop.set()
+        if os.getppid() != parent:
+            log.warning("the server that started the engine process is gone: stopping")
+            stop.set()
+            return
+        health = engine.health()
+        if not health.ok:
+            log.error("%s: the engine process exits, to be started again", health.reason)
+            os._exit(70)
 
 
 def main(argv: list[str] | None = None) -> int:

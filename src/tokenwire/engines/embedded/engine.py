@@ -14,11 +14,11 @@ import asyncio
 import itertools
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from ...errors import EngineError, ServiceUnavailableError, TokenwireError
+from ...errors import EngineCrashedError, ServiceUnavailableError, TokenwireError
 from ...tokenizers.hf import HFTokenizer
 from ...tokenizers.probe import TokenizerParityError, first_mismatch
 from ..base import (
@@ -36,19 +36,9 @@ from ._wire import Failure, frame, read_frame
 from .core import CoreConfig
 from .supervisor import Supervisor, read_status
 
-__all__ = ["EmbeddedEngine", "EngineCrashedError"]
+__all__ = ["EmbeddedEngine"]
 
 log = logging.getLogger(__name__)
-
-
-class EngineCrashedError(EngineError):
-    """The engine process died while serving this sequence; it is being restarted."""
-
-    default_code = "engine_crashed"
-
-    def __init__(self, message: str, **kw: Any):
-        super().__init__(message, **kw)
-        self.headers["Retry-After"] = "1"
 
 
 def _unavailable(message: str) -> ServiceUnavailableError:

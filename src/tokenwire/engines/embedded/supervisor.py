@@ -114,7 +114,7 @@ class Supervisor:
         env = {**os.environ, START_ENV: str(self._starts)}
         proc = subprocess.Popen([sys.executable, "-m", "tokenwire.engines.embedded",
                                  self._config.to_json()], stdout=subprocess.PIPE, env=env,
-                                start_new_session=True)  # a terminal's Ctrl-C is the server's
+                                )
         self._proc = proc
         assert proc.stdout is not None
         stage, backend, error = "starting", "", ""
