@@ -69,11 +69,17 @@ class Contender:
 def contenders(model: Path, llama_server: Path, configured: bool) -> list[Contender]:
     """The three servers, with the shared configuration or with none (`configured=False`)."""
     tw = Path(sys.executable).with_name("tokenwire")
-    llama_cpp = [sys.executable, "-m", "llama_cpp.server", "--model", str(model),
-                 "--host", "127.0.0.1"]
+    # llama-cpp-python's server on the same wheel: ggml's CPU variant loaded first, as
+    # tokenwire's engine loads it (ggml itself looks beside the executable, not in the wheel)
+    llama_cpp = [sys.executable, "-c", "import runpy, sys; from tokenwire.engines.cpu import "
+                 "load_cpu_backend; load_cpu_backend(); sys.argv[0] = 'llama_cpp.server'; "
+                 "runpy.run_module('llama_cpp.server', run_name='__main__', alter_sys=True)",
+                 "--model", str(model), "--host", "127.0.0.1"]
     if not configured:
         return [
             Contender("tokenwire", lambda p: [str(tw), "serve", "--port", str(p)], "/health"),
+            Contender(IN_PROCESS, lambda p: [str(tw), "serve", "--port", str(p),
+                                             "--no-engine-process"], "/health"),
             Contender(BASELINE, lambda p: [str(llama_server), "-m", str(model), "--host",
                                            "127.0.0.1", "--port", str(p)], "/health"),
             Contender("llama-cpp-python", lambda p: [*llama_cpp, "--port", str(p)],

@@ -16,11 +16,11 @@ from pathlib import Path
 
 HERE = Path(__file__).parent
 MAIN = "compare"
-BENCHES = [MAIN, "canonical", "gateway", "gateways", "affinity", "load", "prefix_cache",
+BENCHES = [MAIN, "canonical", "gateway", "gateways", "affinity", "load", "prefix_cache", "recovery",
            "translate", "deterministic", "structured", "conversation"]
 # `all`: the ones that start their own servers (prefix_cache needs one running: `make serve`)
-ALL = [MAIN, "canonical", "gateway", "gateways", "affinity", "load", "translate", "structured",
-       "conversation"]
+ALL = [MAIN, "canonical", "gateway", "gateways", "affinity", "load", "recovery", "translate",
+       "structured", "conversation"]
 
 
 def parse(argv: list[str]) -> list[tuple[str, list[str]]]:

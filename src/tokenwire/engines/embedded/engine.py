@@ -184,6 +184,8 @@ class EmbeddedEngine:
                             future.set_result(message[2] if kind == "reply" else None)
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
+        except Exception:  # a frame we cannot read: the connection is lost all the same
+            log.exception("reading from the engine process failed")
         finally:
             writer.close()
             if self._writer is writer:
