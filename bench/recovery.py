@@ -82,9 +82,10 @@ def kill_mid_stream(url: str, model: str) -> dict[str, float | None]:
 
 
 def _first_request(url: str) -> dict[str, float | None]:
+    model = httpx.get(f"{url}/v1/models", timeout=10).json()["data"][0]["id"]
     t = time.monotonic()
     r = httpx.post(f"{url}/v1/chat/completions", timeout=60,
-                   json={"messages": STORY, "max_tokens": 8})
+                   json={"model": model, "messages": STORY, "max_tokens": 8})
     return {"next_request_s": time.monotonic() - t if r.status_code == 200 else None}
 
 
