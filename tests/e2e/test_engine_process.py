@@ -190,7 +190,9 @@ def test_every_acknowledged_record_survives_a_kill_during_a_store_burst(
 
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
         futures = [pool.submit(one, k) for k in range(24)]
-        time.sleep(1.5)
+        # the kill comes once the first record is acknowledged, whatever the machine's pace
+        concurrent.futures.wait(futures, timeout=120,
+                                return_when=concurrent.futures.FIRST_COMPLETED)
         os.kill(pid, signal.SIGKILL)
         answers = [f.result() for f in futures]
     kept = [r.json()["id"] for r in answers if r.status_code == 200]
