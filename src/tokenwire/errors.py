@@ -102,12 +102,16 @@ class TokenwireError(Exception):
     error_type: ClassVar[str] = "server_error"
     default_code: ClassVar[str | None] = None
 
-    def __init__(self, message: str, *, param: str | None = None, code: str | None = None):
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None,
+                 retry_after: int | None = None):
+        """`retry_after`: seconds, sent as the `Retry-After` header (429s and 503s)."""
         super().__init__(message)
         self.message = message
         self.param = param
         self.code = code if code is not None else self.default_code
         self.headers: dict[str, str] = {}
+        if retry_after is not None:
+            self.headers["Retry-After"] = str(retry_after)
 
     def to_body(self) -> dict[str, Any]:
         """OpenAI's error body: `{"error": {"message", "type", "param", "code"}}`."""
@@ -239,9 +243,8 @@ class RateLimitError(TokenwireError):
     default_code = "queue_full"
 
     def __init__(self, message: str, *, param: str | None = None, code: str | None = None,
-                 retry_after: int = 1):
-        super().__init__(message, param=param, code=code)
-        self.headers["Retry-After"] = str(retry_after)
+                 retry_after: int | None = 1):
+        super().__init__(message, param=param, code=code, retry_after=retry_after)
 
 
 class EngineError(TokenwireError):
@@ -258,9 +261,9 @@ class EngineCrashedError(EngineError):
 
     default_code = "engine_crashed"
 
-    def __init__(self, message: str, *, param: str | None = None, code: str | None = None):
-        super().__init__(message, param=param, code=code)
-        self.headers["Retry-After"] = "1"
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None,
+                 retry_after: int | None = 1):
+        super().__init__(message, param=param, code=code, retry_after=retry_after)
 
 
 class StorageError(TokenwireError):

@@ -38,6 +38,7 @@ from ..errors import (
 from ..tokenizers.hf import HFTokenizer
 from ..tokenizers.probe import TokenizerParityError, first_mismatch
 from ._control import PauseMode, answer, content_version
+from ._events import QueuedEvents
 from ._guide import Guide, GuideError, Guides
 from ._llama import (
     Batch,
@@ -126,42 +127,16 @@ def _scored(lp: np.ndarray, token: int, k: int) -> TokenEvent:
     return TokenEvent(token, max(float(lp[token]), LOGPROB_FLOOR), top)
 
 
-class _EventStream:
-    """The events of one sequence; `aclose` (or garbage collection) cancels it."""
+class _EventStream(QueuedEvents):
+    """The events of one sequence, queued by the engine's thread."""
 
-    def __init__(self, engine: LlamaCppEngine, seq: _Seq,
-                 queue: asyncio.Queue[EngineEvent | BaseException]):
+    def __init__(self, engine: LlamaCppEngine, seq: _Seq):
+        super().__init__()
         self._engine = engine
         self._seq = seq
-        self._queue = queue
-        self._closed = False
 
-    def __aiter__(self) -> _EventStream:
-        return self
-
-    @property
-    def ready(self) -> bool:
-        """The next event is at hand (the engine's thread has queued it)."""
-        return not self._queue.empty()
-
-    async def __anext__(self) -> EngineEvent:
-        if self._closed:
-            raise StopAsyncIteration
-        ev = await self._queue.get()
-        if isinstance(ev, BaseException):
-            self._closed = True
-            raise ev
-        if isinstance(ev, FinishEvent):
-            self._closed = True
-        return ev
-
-    async def aclose(self) -> None:
-        self._closed = True
+    def _cancel(self) -> None:
         self._engine._cancel(self._seq)
-
-    def __del__(self) -> None:
-        if not self._seq.done:
-            self._engine._cancel(self._seq)
 
 
 class LlamaCppEngine:
@@ -343,18 +318,23 @@ class LlamaCppEngine:
         """Admit a sequence now (raising if the engine is down or its queue is full)."""
         await self.prepare(prompt, params)
         loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[EngineEvent | BaseException] = asyncio.Queue()
         seq = _Seq(prompt=list(prompt), params=params, emit=lambda ev: None)
+        stream = _EventStream(self, seq)
+        put = stream.queue.put_nowait
 
         def emit(ev: EngineEvent | BaseException) -> None:
             try:
-                loop.call_soon_threadsafe(queue.put_nowait, ev)
+                loop.call_soon_threadsafe(put, ev)
             except RuntimeError:  # the consumer's event loop is gone: nobody is listening
                 seq.cancelled = True
 
         seq.emit = emit
-        self._enqueue(seq)
-        return _EventStream(self, seq, queue)
+        try:
+            self._enqueue(seq)
+        except BaseException:
+            stream.done = True  # never queued: nothing to cancel
+            raise
+        return stream
 
     async def prepare(self, prompt: Sequence[int], params: SamplingParams) -> None:
         """What admission checks before queueing: the prompt, and the grammar compiled."""

@@ -24,7 +24,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -133,6 +133,8 @@ class _Connection:
         self._outbox: list[tuple[int, EngineEvent | Failure]] = []
         self._woken = False
         self.cancels: dict[int, Callable[[], None]] = {}
+        self.cancelled_early: set[int] = set()
+        """Sequences cancelled while their admission was under way."""
 
     def emit(self, key: int) -> Callable[[EngineEvent | BaseException], None]:
         def emit(ev: EngineEvent | BaseException) -> None:  # on the worker thread
@@ -180,6 +182,7 @@ class _Core:
         self._steps: list[int] = []
         engine.on_step = self._step
         self._connections: set[_Connection] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
 
     def _step(self, n: int) -> None:  # on the worker thread, after each decode
         self._steps.append(n)
@@ -194,8 +197,7 @@ class _Core:
         self._connections.add(conn)
         try:
             while True:
-                message = await read_frame(reader)
-                await self._handle(conn, message)
+                self._handle(conn, await read_frame(reader))
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
         finally:
@@ -215,26 +217,39 @@ class _Core:
                 for conn in list(self._connections):
                     conn.send(("events", [], [], *now))
 
-    async def _handle(self, conn: _Connection, message: tuple[Any, ...]) -> None:
+    def _handle(self, conn: _Connection, message: tuple[Any, ...]) -> None:
         kind, key = message[0], message[1]
         if kind == "cancel":
             cancel = conn.cancels.pop(key, None)
             if cancel is not None:
                 cancel()
+            else:
+                conn.cancelled_early.add(key)
         elif kind == "submit":
-            prompt, params = message[2], message[3]
-            asyncio.create_task(self._submit(conn, key, prompt, params))
+            self._spawn(self._submit(conn, key, message[2], message[3]))
         elif kind == "call":
-            asyncio.create_task(self._call(conn, key, message[2], message[3]))
+            self._spawn(self._call(conn, key, message[2], message[3]))
+
+    def _spawn(self, job: Coroutine[Any, Any, None]) -> None:
+        """Run `job` as a task, held until it ends (the loop keeps only weak references)."""
+        task = asyncio.create_task(job)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def _submit(self, conn: _Connection, key: int, prompt: list[int],
                       params: SamplingParams) -> None:
         try:
             await self.engine.prepare(prompt, params)
-            conn.cancels[key] = self.engine.admit(prompt, params, conn.emit(key))
+            cancel = self.engine.admit(prompt, params, conn.emit(key))
         except TokenwireError as exc:
+            conn.cancelled_early.discard(key)
             conn.send(("refused", key, Failure.of(exc)))
             return
+        if key in conn.cancelled_early:  # its client went away during admission
+            conn.cancelled_early.discard(key)
+            cancel()
+            return
+        conn.cancels[key] = cancel
         conn.send(("admitted", key))
 
     async def _call(self, conn: _Connection, key: int, name: str, arg: Any) -> None:

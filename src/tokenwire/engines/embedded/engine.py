@@ -21,10 +21,10 @@ from typing import Any
 from ...errors import EngineCrashedError, ServiceUnavailableError, TokenwireError
 from ...tokenizers.hf import HFTokenizer
 from ...tokenizers.probe import TokenizerParityError, first_mismatch
+from .._events import QueuedEvents
 from ..base import (
     ControlAnswer,
     ControlCall,
-    EngineEvent,
     EngineHealth,
     EngineInfo,
     FinishEvent,
@@ -38,52 +38,23 @@ from .supervisor import Supervisor, read_status
 
 __all__ = ["EmbeddedEngine"]
 
+SETS_WEIGHTS = frozenset({"update_weights", "update_weight_version", "finish_weight_update",
+                          "collective_rpc"})
+"""Control calls after which the weights serving are the ones the control plane set."""
+
 log = logging.getLogger(__name__)
 
 
-def _unavailable(message: str) -> ServiceUnavailableError:
-    err = ServiceUnavailableError(message)
-    err.headers["Retry-After"] = "1"
-    return err
-
-
-class _Stream:
+class _Stream(QueuedEvents):
     """One sequence's events, as the engine process sends them."""
 
     def __init__(self, engine: EmbeddedEngine, key: int):
+        super().__init__()
         self._engine = engine
         self._key = key
-        self.queue: asyncio.Queue[EngineEvent | TokenwireError] = asyncio.Queue()
-        self._done = False
 
-    def __aiter__(self) -> _Stream:
-        return self
-
-    @property
-    def ready(self) -> bool:
-        return not self.queue.empty()
-
-    async def __anext__(self) -> EngineEvent:
-        if self._done:
-            raise StopAsyncIteration
-        ev = await self.queue.get()
-        if isinstance(ev, TokenwireError):
-            self._done = True
-            raise ev
-        if isinstance(ev, FinishEvent):
-            self._done = True
-        return ev
-
-    async def aclose(self) -> None:
-        self._close()
-
-    def _close(self) -> None:
-        if not self._done:
-            self._done = True
-            self._engine._cancel(self._key)
-
-    def __del__(self) -> None:
-        self._close()
+    def _cancel(self) -> None:
+        self._engine._cancel(self._key)
 
 
 class EmbeddedEngine:
@@ -135,7 +106,8 @@ class EmbeddedEngine:
                 break
             except (FileNotFoundError, ConnectionRefusedError):
                 if time.monotonic() > deadline:
-                    raise _unavailable("the engine process is not serving") from None
+                    raise ServiceUnavailableError("the engine process is not serving",
+                                                  retry_after=1) from None
                 await asyncio.sleep(0.05)
         kind, info, backend, restore_error = await read_frame(reader)
         assert kind == "hello"
@@ -241,8 +213,8 @@ class EmbeddedEngine:
         if self._closing:
             return ServiceUnavailableError("the engine is shut down")
         last = status.get("last_exit")
-        return _unavailable("the engine process is restarting" + (
-            f" (it died: {last})" if last else ""))
+        return ServiceUnavailableError("the engine process is restarting" + (
+            f" (it died: {last})" if last else ""), retry_after=1)
 
     def _cancel(self, key: int) -> None:
         if self._streams.pop(key, None) is not None and self._writer is not None:
@@ -276,9 +248,12 @@ class EmbeddedEngine:
         self._calls[key] = admitted
         try:
             await admitted
-        except BaseException:
+        except TokenwireError:  # refused: nothing runs
             self._streams.pop(key, None)
-            stream._done = True
+            stream.done = True
+            raise
+        except BaseException:  # the caller went away: it may be admitted meanwhile
+            stream.close()
             raise
         return stream
 
@@ -311,5 +286,6 @@ class EmbeddedEngine:
     async def control(self, call: ControlCall) -> list[ControlAnswer]:
         """`Controllable`: vLLM's RL endpoints, answered by the engine process."""
         answers: list[ControlAnswer] = await self._call("control", call)
-        self._restore_error = None if answers and answers[0].ok else self._restore_error
+        if call.op in SETS_WEIGHTS and answers and answers[0].ok:
+            self._restore_error = None  # what serves now is what the control plane set
         return answers
