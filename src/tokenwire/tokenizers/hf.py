@@ -53,7 +53,10 @@ _BYTE_DECODER = _byte_decoder()
 
 def _piece_bytes(model: dict[str, Any], piece: str) -> bytes:
     if model["type"] == "BPE" and not model.get("byte_fallback"):
-        return bytes(_BYTE_DECODER[c] for c in piece)
+        # a character outside GPT-2's byte alphabet (Command R's vocabulary has some) is its own
+        # UTF-8, as the ByteLevel decoder of the tokenizers library reads it
+        return b"".join(bytes([_BYTE_DECODER[c]]) if c in _BYTE_DECODER else c.encode()
+                        for c in piece)
     # SentencePiece-style: "▁" is a space, "<0xAB>" is one raw byte
     if len(piece) == 6 and piece.startswith("<0x") and piece.endswith(">"):
         return bytes([int(piece[3:5], 16)])
