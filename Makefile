@@ -25,6 +25,10 @@ LLAMA_WHEEL := $(LLAMA_WHEEL_DIR)/.built
 SERVER_RECIPE := $(shell cat scripts/llama-cpp-source.sh scripts/build-llama-server.sh | sha256sum | cut -c1-12)
 LLAMA_SERVER_DIR ?= $(HOME)/.cache/tokenwire/llama-server-$(LLAMA_CPP_VERSION)-$(SERVER_RECIPE)
 export TOKENWIRE_LLAMA_SERVER ?= $(LLAMA_SERVER_DIR)/llama-server
+# llama.cpp's vocabulary test files and chat templates, from the same sdist (tests, bench): every
+# tokenizer family a GGUF carries is checked on them (tests/tokenizers/test_gguf_families.py)
+LLAMA_MODELS_DIR ?= $(HOME)/.cache/tokenwire/llama.cpp-models-$(LLAMA_CPP_VERSION)
+export TOKENWIRE_LLAMA_CPP_MODELS ?= $(LLAMA_MODELS_DIR)
 # third-party clients the tests drive, in a virtualenv of their own (verifiers pins openai<3;
 # ours tests the newest openai SDK)
 CLIENTS := .venv-clients
@@ -144,6 +148,10 @@ $(POSTGRES_INSTALLED): | $(BIN)/python
 	then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql; fi
 	touch $@
 
+$(LLAMA_MODELS_DIR)/.fetched: scripts/llama-cpp-models.sh | $(BIN)/python
+	scripts/llama-cpp-models.sh $(LLAMA_CPP_VERSION) $(LLAMA_MODELS_DIR) $(BIN)/pip
+	touch $@
+
 $(TOKENWIRE_LLAMA_SERVER): | $(BIN)/python
 	scripts/build-llama-server.sh $(LLAMA_CPP_VERSION) $(LLAMA_SERVER_DIR) $(BIN)/pip
 
@@ -159,14 +167,14 @@ GATEWAY_RUN := --ignore=tests/e2e/test_gateway.py --ignore=tests/e2e/test_vllm.p
 # every shipped model is there: a test that needs one fails rather than skips
 test test-quick: export TOKENWIRE_TEST_REQUIRE_MODELS := 1
 test: $(DEV_INSTALLED) $(TOKENWIRE_LLAMA_SERVER) $(CLIENTS_INSTALLED) $(STRANDS_INSTALLED) \
-      $(POSTGRES_INSTALLED) $(HF_MODEL_DIR)/config.json $(VLLM_DEPS)
+      $(POSTGRES_INSTALLED) $(HF_MODEL_DIR)/config.json $(LLAMA_MODELS_DIR)/.fetched $(VLLM_DEPS)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 	TOKENWIRE_TEST_UPSTREAM=tokenwire $(BIN)/python -m pytest tests/e2e $(GATEWAY_RUN) $(PYTEST_ARGS)
 	TOKENWIRE_TEST_UPSTREAM=llama-server $(BIN)/python -m pytest tests/e2e $(GATEWAY_RUN) $(PYTEST_ARGS)
 	$(VLLM_PASS)
 
 # the fast loop: no real-process tests marked slow, embedded engine only
-test-quick: $(DEV_INSTALLED)
+test-quick: $(DEV_INSTALLED) $(LLAMA_MODELS_DIR)/.fetched
 	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
 
 lint: $(DEV_INSTALLED)
@@ -178,7 +186,7 @@ lint: $(DEV_INSTALLED)
 # (bench/gateways.py also needs vLLM and the Rust gateways: installed when it is asked for)
 GATEWAYS_DEPS := $(if $(filter gateways all,$(BENCH)),$(ROUTERS_INSTALLED) $(VLLM_DEPS) \
                  $(HF_MODEL_DIR)/config.json)
-bench: $(BENCH_INSTALLED) $(TOKENWIRE_LLAMA_SERVER) $(GATEWAYS_DEPS)
+bench: $(BENCH_INSTALLED) $(TOKENWIRE_LLAMA_SERVER) $(LLAMA_MODELS_DIR)/.fetched $(GATEWAYS_DEPS)
 	$(BIN)/python bench/run.py $(BENCH)
 
 clean:

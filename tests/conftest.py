@@ -109,6 +109,20 @@ def gemma_engine(gemma_path: Path) -> Iterator[LlamaCppEngine]:
     asyncio.run(eng.aclose())
 
 
+@pytest.fixture(scope="session")
+def llama_cpp_models() -> Path:
+    """llama.cpp's vocabulary test files and chat templates (scripts/llama-cpp-models.sh, which
+    `make test` runs); a run outside make without them skips their tests, saying why."""
+    path = Path(os.environ.get("TOKENWIRE_LLAMA_CPP_MODELS", "/nonexistent"))
+    if not (path / "templates").is_dir():
+        if os.environ.get("TOKENWIRE_TEST_REQUIRE_MODELS"):
+            pytest.fail(f"{path}: llama.cpp's vocabulary files are missing "
+                        "(TOKENWIRE_TEST_REQUIRE_MODELS is set)")
+        pytest.skip("TOKENWIRE_LLAMA_CPP_MODELS names no folder of llama.cpp's vocabulary files "
+                    "(make test fetches them)")
+    return path
+
+
 _free_port = free_port  # the name the tests import
 
 

@@ -55,8 +55,12 @@ _DEEPSEEK_LETTERS = (
     "\U00010400-\U0001044f\U000104b0-\U000104d3\U000104d8-\U000104fb\U00010c80-\U00010cb2"
     "\U00010cc0-\U00010cf2\U000118a0-\U000118df\U0001e900-\U0001e943]+"
 )
-_DEEPSEEK_PUNCT = "\\s?[!-/:-~\uff01-\uff0f\uff1a-\uff5e\u2018-\u201f\u3000-\u3002]+"
-_DEEPSEEK_CJK = "[\u4e00-\u9fa5\u0800-\u4e00\uac00-\ud7ff]+"
+# llama.cpp matches these with the text's non-ASCII whitespace replaced by "\v" (std::regex's
+# `\s` knows only ASCII), so a space character inside a class never matches there: the classes
+# here leave them out (U+1680, U+2000-200A, U+2028-2029, U+202F, U+205F, U+3000)
+_DEEPSEEK_PUNCT = "\\s?[!-/:-~\uff01-\uff0f\uff1a-\uff5e\u2018-\u201f\u3001-\u3002]+"
+_DEEPSEEK_CJK = ("[\u4e00-\u9fa5\u0800-\u167f\u1681-\u1fff\u200b-\u2027\u202a-\u202e"
+                 "\u2030-\u205e\u2060-\u2fff\u3001-\u4e00\uac00-\ud7ff]+")
 
 _STARCODER = PreTokenizer((r"\p{N}", _GPT2))
 _GPT2_PRE = PreTokenizer((_GPT2,))
