@@ -114,6 +114,16 @@ def _content_ids(m: ChatMessage, space: TokenSpace, closed: bool = False) -> lis
     return ids
 
 
+def _content_text(m: ChatMessage) -> str | None:
+    """A content sent as one text (the template encodes it with the text around it)."""
+    if m.token_ids is not None:
+        return None
+    c = m.content
+    if isinstance(c, str):
+        return c
+    return c.text if isinstance(c, TextBlock) else None
+
+
 def _blocks(c: object) -> list[TextBlock | InputTokensBlock]:
     """A content list once its documents were spliced in (`message_id_spans` refuses them
     before any content is read)."""
@@ -220,8 +230,13 @@ def render_messages(messages: Sequence[ChatMessage], space: TokenSpace,
     else:
         rest = list(enumerate(messages))
     for i, m in rest:
+        # a text content is encoded by the template, with the text around it
+        text = None if continue_final and i == len(messages) - 1 else _content_text(m)
+        hermes = not native and (bool(m.tool_calls and m.token_ids is None) or m.role == "tool")
+        if hermes:
+            text = None
         ids = _content_ids(m, space, ended[i] is not None) \
-            if (m.content is not None or m.token_ids is not None) else []
+            if text is None and (m.content is not None or m.token_ids is not None) else []
         extra = _extras(m, template)
         if m.tool_calls and m.token_ids is None:
             if native:
@@ -233,7 +248,7 @@ def render_messages(messages: Sequence[ChatMessage], space: TokenSpace,
                 ids = ids + enc(("\n" if ids else "") + tail)
         elif m.role == "tool" and not native:
             ids = enc(HERMES.result_open) + ids + enc(HERMES.result_close)
-        out.append(TemplateMessage(m.role, ids, **extra))
+        out.append(TemplateMessage(m.role, ids, text=text, **extra))
         index.append(i)
     tool_vars = template.client_text(HERMES.template_tools(tools)) if tools and native \
         else None

@@ -1,11 +1,17 @@
 """Chat templates applied in token space.
 
 The model's Jinja template is rendered once per request with a unique marker in place of each
-message's content. The rendered text is then cut at the markers: the pieces in between are the
-template's own structure (role markers, separators), encoded with control-token parsing ON, and
-each marker is replaced by that message's content ids exactly as serving built them (user text
-encoded with parsing OFF, `input_tokens` blocks as sent). So sent ids reach the model untouched,
-and a text and its canonical ids give the same prompt.
+message's content. The rendered text is then cut at the markers of the contents sent as ids: each
+such marker is replaced by that message's ids exactly as serving built them (`input_tokens`
+blocks, an assistant's `token_ids`), so sent ids reach the model untouched. Everything between
+them, the template's own structure (role markers, separators, tool definitions) and the contents
+sent as text, is encoded as one string with control-token parsing ON, exactly as llama.cpp and
+Hugging Face encode a rendered prompt: so a conversation in text gets their ids, merges across a
+content's edge included (Qwen's ".\n\n" after a system prompt, SentencePiece's dummy prefix after
+a control token). A text content's span is the tokens wholly inside it; a token that straddles
+its edge belongs to the structure. A text content that holds a control token's text is encoded
+on its own with parsing OFF, as a content sent as ids is placed: a user cannot forge a turn by
+typing its markers.
 
 Every other client string a template can print (a message's `name`, `tool_call_id`, tool
 definitions, call arguments) that holds a control token's text reaches it wrapped in another
@@ -13,15 +19,14 @@ pair of private-use characters; what the template prints between them is encoded
 OFF, so the control token typed there stays text. Other strings are left as they are, so they
 tokenize with the text around them, as Hugging Face's rendering does.
 
-A template that trims a content (`| trim`, as Gemma's does) trims its marker; the content's
-ids are then trimmed in token space: canonical ids (every text content) become the encoding of
-the trimmed text, exactly what rendering the text and encoding the whole would give; other sent
-ids lose only their whitespace tokens at the trimmed ends (an end token that mixes whitespace and
-text is re-encoded without it), so the rest reach the model as sent.
+A template that trims a content (`| trim`, as Gemma's does) trims its marker; a text content is
+trimmed as text; the ids of a content sent as ids are trimmed in token space: canonical ids
+become the encoding of the trimmed text, exactly what rendering the text and encoding the whole
+would give; other sent ids lose only their whitespace tokens at the trimmed ends (an end token
+that mixes whitespace and text is re-encoded without it), so the rest reach the model as sent.
 
-The structure and each content are encoded separately, as a control token would separate them
-anyway; content that starts with whitespace right after a template newline may therefore
-tokenize differently from encoding the whole rendered string at once (docs/api.md).
+Ids placed between two stretches of text are a seam no merge crosses: text right after a content
+sent as ids may tokenize differently from the same conversation sent as text (docs/api.md).
 
 The structure is the same few pieces in every request (`<|im_start|>user\n`, a default system
 prompt), so each short piece's ids are kept once encoded: a warm server renders a conversation
@@ -84,13 +89,16 @@ class Rendered:
 
 class TemplateMessage:
     """A message as the template sees it: its role, its content as ids, and other fields
-    templates may read (`name`, `tool_call_id`, `tool_calls`), already `client_text`."""
+    templates may read (`name`, `tool_call_id`, `tool_calls`), already `client_text`;
+    `text`: the content's text when it was sent as text (`ids` are then unused), which is
+    encoded with the template's text around it."""
 
-    __slots__ = ("extra", "ids", "role")
+    __slots__ = ("extra", "ids", "role", "text")
 
-    def __init__(self, role: str, ids: Sequence[int], **extra: Any):
+    def __init__(self, role: str, ids: Sequence[int], *, text: str | None = None, **extra: Any):
         self.role = role
         self.ids = ids
+        self.text = text
         self.extra = extra
 
 
@@ -109,6 +117,52 @@ def _trim(value: Any, chars: str | None = None) -> str:
 
 def _raise(message: str) -> None:
     raise TemplateError(message)
+
+
+def _strip(text: str, ends: str) -> str:
+    text = text.lstrip() if "l" in ends else text
+    return text.rstrip() if "r" in ends else text
+
+
+class _Run:
+    """The prompt as it is rendered: stretches of text (structure and text contents, encoded
+    together when a content sent as ids or the end closes them) and ids placed as they are."""
+
+    def __init__(self, template: ChatTemplate):
+        self._template = template
+        self._text: list[str] = []
+        self._size = 0
+        self._contents: list[tuple[int, int, int]] = []  # (message, start, end) in the text
+        self._ids: list[int] = []
+        self._spans: list[tuple[int, int, int]] = []
+
+    def structure(self, text: str) -> None:
+        self._text.append(text)
+        self._size += len(text)
+
+    def text(self, message: int, text: str) -> None:
+        self._contents.append((message, self._size, self._size + len(text)))
+        self.structure(text)
+
+    def ids(self, message: int | None, ids: Sequence[int]) -> None:
+        self._flush()
+        if message is not None:
+            self._spans.append((message, len(self._ids), len(self._ids) + len(ids)))
+        self._ids += ids
+
+    def _flush(self) -> None:
+        if not self._size:
+            for message, _, _ in self._contents:  # empty contents: empty spans
+                self._spans.append((message, len(self._ids), len(self._ids)))
+        else:
+            ids, spans = self._template._encode_run("".join(self._text), self._contents)
+            self._spans += [(i, a + len(self._ids), b + len(self._ids)) for i, a, b in spans]
+            self._ids += ids
+        self._text, self._size, self._contents = [], 0, []
+
+    def finish(self) -> tuple[list[int], list[tuple[int, int, int]]]:
+        self._flush()
+        return self._ids, self._spans
 
 
 class ChatTemplate:
@@ -166,26 +220,47 @@ class ChatTemplate:
         except TemplateError as exc:
             raise InvalidRequestError(f"the model's chat template refused the messages: {exc}",
                                       param="messages") from exc
-        enc = self._tok.encode
-        ids: list[int] = []
-        spans: list[tuple[int, int, int]] = []
+        run = _Run(self)
         pos = 0
         for m in _PIECE_RE.finditer(text):
-            ids += self._structure(text[pos:m.start()])
+            run.structure(text[pos:m.start()])
             if m.group(1) is not None:
                 i, ends = int(m.group(1)), m.group(2)
-                content = self._trimmed(messages[i].ids, "l" in ends, "r" in ends) if ends \
-                    else messages[i].ids
-                spans.append((i, len(ids), len(ids) + len(content)))
-                ids += content
+                msg = messages[i]
+                if msg.text is not None and not self._holds_control(msg.text):
+                    run.text(i, _strip(msg.text, ends))
+                elif msg.text is not None:  # typed control tokens stay text
+                    run.ids(i, self._tok.encode(_strip(msg.text, ends)))
+                else:
+                    run.ids(i, self._trimmed(msg.ids, "l" in ends, "r" in ends) if ends
+                            else msg.ids)
             else:
-                ids += enc(m.group(3))
+                run.ids(None, self._tok.encode(m.group(3)))
             pos = m.end()
-        ids += self._structure(text[pos:])
+        run.structure(text[pos:])
+        ids, spans = run.finish()
         if self._add_bos and (not ids or ids[0] != self._bos_id):
             ids.insert(0, self._bos_id)  # type: ignore[arg-type]
             spans = [(i, a + 1, b + 1) for i, a, b in spans]
         return Rendered(ids, spans)
+
+    def _holds_control(self, text: str) -> bool:
+        return self._special_re is not None and self._special_re.search(text) is not None
+
+    def _encode_run(self, text: str, contents: list[tuple[int, int, int]],
+                    ) -> tuple[list[int], list[tuple[int, int, int]]]:
+        """A stretch of structure and text contents as one string (parsing on), and each
+        content's span: the tokens wholly inside its characters."""
+        if not contents:
+            return self._structure(text), []
+        ids, offsets = self._tok.encode_offsets(text)  # client text: the caller's reason
+        spans = []
+        for i, start, end in contents:
+            inside = [k for k, (a, b) in enumerate(offsets) if a >= start and b <= end and b > a]
+            first = inside[0] if inside else next(
+                (k for k, (a, _) in enumerate(offsets) if a >= start), len(ids))
+            spans.append((i, first, inside[-1] + 1 if inside else first))
+        return ids, spans
 
     def _trimmed(self, ids: Sequence[int], left: bool, right: bool) -> Sequence[int]:
         """A content's ids with the whitespace at the trimmed ends gone (module docstring)."""

@@ -72,6 +72,10 @@ class Tokenizer(Protocol):
         """Ids of `text`; with `parse_special`, control-token strings become control tokens."""
         ...
 
+    def encode_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+        """Ids of `text` with control tokens parsed, each with its character offsets."""
+        ...
+
     def token_bytes(self, token_id: int) -> bytes:
         """The exact bytes one id stands for (control tokens: their text)."""
         ...

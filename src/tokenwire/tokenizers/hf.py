@@ -167,6 +167,15 @@ class HFTokenizer:
             return tok.encode_batch([text], add_special_tokens=add)[0].ids
         return tok.encode(text, add_special_tokens=add).ids
 
+    def encode_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+        """The ids of `text` with control tokens parsed, and each one's (start, end) character
+        offsets in it (a rendered prompt's contents are found by them)."""
+        if not text:
+            return [], []
+        record("encode")
+        enc = self._special.encode_batch([text], add_special_tokens=False)[0]
+        return enc.ids, enc.offsets
+
     def encode_segments(self, segments: Sequence[str]) -> list[int]:
         """The ids of text already cut into pre-tokenizer segments, each encoded on its own
         (a segment's ids do not depend on what follows it; its re-split alone might)."""

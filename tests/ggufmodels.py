@@ -1,0 +1,106 @@
+"""Tiny random-weight GGUF models around a real tokenizer: a family's vocabulary served end to end.
+
+No complete GGUF of Qwen, Llama 3, Mistral, DeepSeek or Phi is published in the registries this
+project can reach; llama.cpp's vocabulary test files are (scripts/llama-cpp-models.sh). A model
+here is one of those vocabularies (its tokens, types, merges, pre-tokenizer: real), a chat template
+from llama.cpp's collection of real ones, and a one-layer Llama network of random weights: its text
+is noise, its ids, template, versions and artifacts are the family's. Where a vocabulary file lacks
+a family's chat markers (llama.cpp's Qwen2 file has `[PAD…]` where `<tool_call>` and `<think>`
+belong), `markers` puts them in, and the model says so in `general.description` ("synthetic").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tokenwire.tokenizers._gguf import read_metadata
+
+__all__ = ["CONTROL", "USER_DEFINED", "tiny_model"]
+
+CONTROL, USER_DEFINED = 3, 4
+_N_EMBD, _N_HEAD, _N_FF = 64, 4, 128
+_TOKENIZER_KEYS = ("tokenizer.ggml.", )
+
+
+def tiny_model(out: Path, vocab: Path, *, template: str,
+               markers: Mapping[int, tuple[str, int]] | None = None,
+               overrides: Mapping[str, Any] | None = None, name: str) -> Path:
+    """Write `out`: `vocab`'s tokenizer with `markers` ({id: (text, token type)}; an id past the
+    end appends), `overrides` of tokenizer keys, `template`, and random weights."""
+    import gguf
+
+    meta = {k: v for k, v in read_metadata(vocab).items()
+            if k.startswith(_TOKENIZER_KEYS) and k != "tokenizer.chat_template"}
+    meta.update(overrides or {})
+    tokens: list[str] = list(meta["tokenizer.ggml.tokens"])
+    types: list[int] = list(meta["tokenizer.ggml.token_type"])
+    scores: list[float] | None = meta.get("tokenizer.ggml.scores")
+    for i, (text, kind) in sorted((markers or {}).items()):
+        if i == len(tokens):
+            tokens.append(text)
+            types.append(kind)
+            if scores is not None:
+                scores.append(0.0)
+        else:
+            tokens[i], types[i] = text, kind
+    meta["tokenizer.ggml.tokens"], meta["tokenizer.ggml.token_type"] = tokens, types
+
+    writer = gguf.GGUFWriter(str(out), "llama")
+    writer.add_name(name)
+    writer.add_description("synthetic: a random one-layer network around "
+                           f"{vocab.name}'s real vocabulary"
+                           + (f", {len(markers)} chat markers put in" if markers else ""))
+    writer.add_context_length(4096)
+    writer.add_embedding_length(_N_EMBD)
+    writer.add_block_count(1)
+    writer.add_feed_forward_length(_N_FF)
+    writer.add_head_count(_N_HEAD)
+    writer.add_head_count_kv(_N_HEAD)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_rope_dimension_count(_N_EMBD // _N_HEAD)
+    writer.add_vocab_size(len(tokens))
+    for key, value in meta.items():
+        _add(writer, key, value)
+    writer.add_chat_template(template)
+
+    rng = np.random.default_rng(0)
+
+    def weights(*shape: int) -> np.ndarray:
+        return (rng.standard_normal(shape) * 0.05).astype(np.float32)
+
+    writer.add_tensor("token_embd.weight", weights(len(tokens), _N_EMBD))
+    writer.add_tensor("output_norm.weight", np.ones(_N_EMBD, dtype=np.float32))
+    for name_, shape in (("attn_q", (_N_EMBD, _N_EMBD)), ("attn_k", (_N_EMBD, _N_EMBD)),
+                         ("attn_v", (_N_EMBD, _N_EMBD)), ("attn_output", (_N_EMBD, _N_EMBD)),
+                         ("ffn_gate", (_N_FF, _N_EMBD)), ("ffn_up", (_N_FF, _N_EMBD)),
+                         ("ffn_down", (_N_EMBD, _N_FF))):
+        writer.add_tensor(f"blk.0.{name_}.weight", weights(*shape))
+    for norm in ("attn_norm", "ffn_norm"):
+        writer.add_tensor(f"blk.0.{norm}.weight", np.ones(_N_EMBD, dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return out
+
+
+def _add(writer: Any, key: str, value: Any) -> None:
+    """A tokenizer key by its Python type (what the reader gave back)."""
+    if isinstance(value, bool):
+        writer.add_bool(key, value)
+    elif isinstance(value, int):
+        writer.add_uint32(key, value)
+    elif isinstance(value, float):
+        writer.add_float32(key, value)
+    elif isinstance(value, str):
+        writer.add_string(key, value)
+    elif key.endswith("token_type"):
+        writer.add_array(key, [int(v) for v in value])
+    elif key.endswith("scores"):
+        writer.add_array(key, [float(v) for v in value])
+    else:
+        writer.add_array(key, list(value))
