@@ -36,6 +36,7 @@ sent as ids without encoding anything (the token-native path converts nothing, a
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import json
 import re
@@ -254,12 +255,12 @@ class ChatTemplate:
         if not contents:
             return self._structure(text), []
         ids, offsets = self._tok.encode_offsets(text)  # client text: the caller's reason
+        starts = [a for a, _ in offsets]
+        ends = [b for _, b in offsets]  # both non-decreasing: tokens come in text order
         spans = []
         for i, start, end in contents:
-            inside = [k for k, (a, b) in enumerate(offsets) if a >= start and b <= end and b > a]
-            first = inside[0] if inside else next(
-                (k for k, (a, _) in enumerate(offsets) if a >= start), len(ids))
-            spans.append((i, first, inside[-1] + 1 if inside else first))
+            first = bisect.bisect_left(starts, start)
+            spans.append((i, first, max(first, bisect.bisect_right(ends, end))))
         return ids, spans
 
     def _trimmed(self, ids: Sequence[int], left: bool, right: bool) -> Sequence[int]:
