@@ -1,11 +1,14 @@
 """Build a portable tokenizer.json from a GGUF file's tokenizer metadata.
 
 The result must give exactly the ids llama.cpp gives for the same model (tests/tokenizers prove
-it on a corpus), so each piece mirrors llama.cpp's `llama-vocab.cpp`: for byte-level BPE
-(`gpt2`), the pre-tokenizer regexes of the file's `tokenizer.ggml.pre` and its merges; for
-SentencePiece (`llama`: Gemma, Llama 2), spaces as "▁", merges ranked by the pieces' scores and
-byte fallback; for both, control tokens as special added tokens (never matched in plain text;
-matched in chat-template structure) and user-defined tokens as added tokens matched everywhere.
+it on llama.cpp's own vocabulary files for every family: docs/engines.md), so each piece mirrors
+llama.cpp's `llama-vocab.cpp`: for byte-level BPE (`gpt2`), the pre-tokenizer regexes of the
+file's `tokenizer.ggml.pre` (_pretokenizers.py) and its merges; for SentencePiece (`llama`:
+Llama 2, Mistral, Phi-3, Gemma 3), spaces as "▁", its dummy prefix, merges ranked by the pieces'
+scores and byte fallback; for Gemma 4 (`gemma4`), BPE merges over "▁"-spaced UTF-8; for all,
+tokens typed as llama.cpp types them: control tokens as special added tokens (never matched in
+plain text; matched in chat-template structure) and user-defined tokens as added tokens matched
+everywhere.
 """
 
 from __future__ import annotations
@@ -32,7 +35,6 @@ _USER_DEFINED = 4
 #: the others only when special tokens are parsed)
 _SPECIAL = {_UNKNOWN: True, _CONTROL: True, _USER_DEFINED: False}
 
-
 #: texts llama.cpp makes control tokens whatever the file says (its end-of-turn, end-of-generation
 #: and fill-in-the-middle markers, found by name in llama_vocab::impl::load)
 _CONTROL_BY_TEXT = frozenset({
@@ -51,12 +53,15 @@ _CONTROL_BY_TEXT = frozenset({
 })
 #: gpt-oss's markers, which llama.cpp makes user-defined so that they are always rendered
 _USER_DEFINED_BY_TEXT = frozenset({"<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"})
+_BY_TEXT = _CONTROL_BY_TEXT | _USER_DEFINED_BY_TEXT
 
 
 def _token_types(meta: dict[str, Any], tokens: list[str]) -> list[int]:
-    """Each token's type as llama.cpp uses it: the file's, with its overrides by text."""
+    """Each token's type as llama.cpp uses it: the file's, with its overrides by text. (Of two
+    fill-in-the-middle spellings in one vocabulary, CodeLlama's `<PRE>` and `▁<PRE>`, llama.cpp
+    makes only the first it finds a control token; here both are: no vocabulary file has two.)"""
     types: list[int] = list(meta.get("tokenizer.ggml.token_type", [1] * len(tokens)))
-    ids = {t: i for i, t in enumerate(tokens) if t in _CONTROL_BY_TEXT | _USER_DEFINED_BY_TEXT}
+    ids = {t: i for i, t in enumerate(tokens) if t in _BY_TEXT}
     for text, i in ids.items():
         if text in _USER_DEFINED_BY_TEXT:
             types[i] = _USER_DEFINED
