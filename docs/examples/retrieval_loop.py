@@ -154,11 +154,16 @@ def main() -> None:
     passages = [tok.encode(p) for p in PASSAGES]  # ids the client holds (from anywhere)
     questions = [tok.encode(q) for q in QUESTIONS]  # the human's words: the only encode
     # one request first: the server encodes its template's structure pieces (role markers)
-    # once per process, then remembers their ids
+    # once per process, then remembers their ids (text contents are encoded with the text
+    # around them, so the warm-up sends ids)
+    def said(text: str) -> list[dict[str, Any]]:
+        return [{"type": "input_tokens", "token_ids": tok.encode(text)}]
+
     httpx.post(f"{base}/v1/chat/completions", timeout=300, json={
-        "model": MODEL, "max_tokens": 1, "messages": [
-            {"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"},
-            {"role": "user", "content": "Bye"}]})
+        "model": MODEL, "max_tokens": 1, "tokenizer_version": tok.version, "messages": [
+            {"role": "user", "content": said("Hi")}, {"role": "assistant", "token_ids":
+                                                      tok.encode("Hello")},
+            {"role": "user", "content": said("Bye")}]})
     runs = {name: Run(name) for name in ("ids", "text")}
     times: dict[str, list[float]] = {name: [] for name in runs}
     for _ in range(args.rounds):
