@@ -1,0 +1,187 @@
+"""Reasoning split out of sampled ids: a partition, in order, never a re-encoding.
+
+A thinking model writes `<think>` ... `</think>` then its answer (Qwen3, QwQ, DeepSeek-R1 and
+its distills, SmolLM3...). `ReasoningSplitter` walks the sampled ids once and gives each id a
+part: `reasoning`, `content`, or `marker` (the ids of `<think>` and `</think>` themselves), so the
+parts joined are exactly the ids the model sampled. Markers come two ways:
+
+- as one id (a control or user-defined token, as Qwen's and DeepSeek's vocabularies have them):
+  matched as that id, so no BPE merge can hide one;
+- as plain text over several ids (a vocabulary without such a token): matched on the bytes of
+  the ids, across token and push boundaries. The ids that may begin a marker are held back until
+  the marker is complete or ruled out, so a stream never shows half a marker as text. The ids
+  that the marker's bytes touch are the marker's part (a token that joins the end of the
+  reasoning with the marker's first bytes is marker too: the partition is of ids).
+
+Where a choice starts is the prompt's business: a template whose generation prompt opens the
+reasoning (`<think>\\n`, as Qwen 3.5's and DeepSeek-R1's do) has the model start inside it,
+which `starts_inside` finds from the prompt ids. vLLM's parsers name these formats
+`deepseek_r1` and `qwen3` (its `vllm/reasoning/basic_parsers.py` is the same split on text).
+
+Not wired into the API assemblers yet (issue 37): this is the one place that will do the split
+for every API's stream.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from ..tokenizers.base import Tokenizer
+
+__all__ = ["Part", "ReasoningFormat", "ReasoningSplitter", "reasoning_format"]
+
+Part = Literal["reasoning", "content", "marker"]
+
+
+@dataclass(frozen=True)
+class ReasoningFormat:
+    name: str
+    """vLLM's name for the parser (`--reasoning-parser`)."""
+    start: str
+    end: str
+    start_id: int | None
+    """The marker's own id, where the vocabulary has one (else it is matched as text)."""
+    end_id: int | None
+
+    def starts_inside(self, tokenizer: Tokenizer, prompt: Sequence[int]) -> bool:
+        """Does the prompt leave the model inside its reasoning (a start marker after the last
+        end marker)?"""
+        if self.start_id is not None and self.end_id is not None:
+            for i in reversed(prompt):
+                if i == self.start_id:
+                    return True
+                if i == self.end_id:
+                    return False
+            return False
+        tail = tokenizer.decode(prompt[-64:])
+        return tail.rfind(self.start) > tail.rfind(self.end)
+
+
+#: template text -> (vLLM's parser name, start marker, end marker), the first that matches
+_FORMATS = [("deepseek_r1", "<｜Assistant｜>", "<think>", "</think>"),
+            ("qwen3", "<think>", "<think>", "</think>")]
+
+
+def reasoning_format(template: str | None, tokenizer: Tokenizer,
+                     name: str | None = None) -> ReasoningFormat | None:
+    """The format a chat template writes reasoning in (or the one `name`d, vLLM's parser
+    names); None for a template with no reasoning markers."""
+    for parser, sign, start, end in _FORMATS:
+        if (name == parser) or (name is None and template is not None and sign in template
+                                and start in template and end in template):
+            ids = tokenizer.special_tokens
+            return ReasoningFormat(parser, start, end, _single_id(tokenizer, start, ids),
+                                   _single_id(tokenizer, end, ids))
+    return None
+
+
+def _single_id(tokenizer: Tokenizer, text: str, specials: dict[str, int]) -> int | None:
+    if text in specials:
+        return specials[text]
+    ids = tokenizer.encode(text, parse_special=True)  # a user-defined token is one id
+    return ids[0] if len(ids) == 1 else None
+
+
+class ReasoningSplitter:
+    """One choice's sampled ids, pushed as they come, out as (part, ids) runs in order."""
+
+    def __init__(self, tokenizer: Tokenizer, fmt: ReasoningFormat, *, inside: bool):
+        self._tok = tokenizer
+        self._fmt = fmt
+        self._inside = inside
+        self._held: list[int] = []  # ids that may begin a text marker
+        self.reasoning_ids = 0
+        """How many ids were reasoning so far (`reasoning_tokens` in usage)."""
+
+    @property
+    def _marker(self) -> tuple[str, int | None]:
+        fmt = self._fmt
+        return (fmt.end, fmt.end_id) if self._inside else (fmt.start, fmt.start_id)
+
+    def push(self, ids: Sequence[int]) -> list[tuple[Part, list[int]]]:
+        out: list[tuple[Part, list[int]]] = []
+        for i in ids:
+            self._step(i, out)
+        return _merged(out)
+
+    def finish(self) -> list[tuple[Part, list[int]]]:
+        """The ids still held (a marker never completed: they are what they looked like)."""
+        out: list[tuple[Part, list[int]]] = []
+        if self._held:
+            self._emit(self._here, self._held, out)
+            self._held = []
+        return out
+
+    @property
+    def _here(self) -> Part:
+        return "reasoning" if self._inside else "content"
+
+    def _emit(self, part: Part, ids: list[int], out: list[tuple[Part, list[int]]]) -> None:
+        if part == "reasoning":
+            self.reasoning_ids += len(ids)
+        out.append((part, list(ids)))
+
+    def _step(self, i: int, out: list[tuple[Part, list[int]]]) -> None:
+        text, marker_id = self._marker
+        if marker_id is not None:
+            if i == marker_id:
+                self._emit("marker", [i], out)
+                self._inside = not self._inside
+            else:
+                self._emit(self._here, [i], out)
+            return
+        self._held.append(i)
+        held = self._bytes(self._held)
+        marker = text.encode()
+        at = held.find(marker)
+        if at >= 0:
+            self._split_at_marker(held, at, len(marker), out)
+            return
+        # hold only the ids under the longest end of the bytes that begins the marker
+        begins = max((n for n in range(1, len(marker)) if held.endswith(marker[:n])), default=0)
+        keep, size = len(self._held), 0
+        while begins and keep and size < begins:
+            keep -= 1
+            size += len(self._tok.token_bytes(self._held[keep]))
+        if not begins:
+            keep = len(self._held)
+        if keep:
+            self._emit(self._here, self._held[:keep], out)
+            self._held = self._held[keep:]
+
+    def _bytes(self, ids: Sequence[int]) -> bytes:
+        return b"".join(self._tok.token_bytes(i) for i in ids)
+
+    def _split_at_marker(self, held: bytes, at: int, size: int,
+                         out: list[tuple[Part, list[int]]]) -> None:
+        """The held ids hold the marker's bytes [at, at + size): ids wholly before it stay in
+        the current part, ids that touch it are the marker's, the rest are pushed again."""
+        ids, self._held = self._held, []
+        pos, before, marker, after = 0, [], [], []
+        for i in ids:
+            n = len(self._tok.token_bytes(i))
+            if pos + n <= at:
+                before.append(i)
+            elif pos < at + size:
+                marker.append(i)
+            else:
+                after.append(i)
+            pos += n
+        if before:
+            self._emit(self._here, before, out)
+        self._emit("marker", marker, out)
+        self._inside = not self._inside
+        for i in after:
+            self._step(i, out)
+
+
+def _merged(runs: list[tuple[Part, list[int]]]) -> list[tuple[Part, list[int]]]:
+    out: list[tuple[Part, list[int]]] = []
+    for part, ids in runs:
+        if out and out[-1][0] == part and part != "marker":
+            out[-1][1].extend(ids)
+        elif ids:
+            out.append((part, list(ids)))
+    return out
