@@ -155,7 +155,10 @@ def test_what_one_worker_learns_every_worker_knows(two: list[Upstream], tmp_path
     with served(tmp_path, two, TOKENWIRE_HEALTH_INTERVAL="20") as (url, _):
         ids = fresh(url, "POST", "/v1/tokenize", json={"model": MODEL, "messages": [
             {"role": "user", "content": "What is seven times six?"}]}).json()["tokens"]
-        assert all(r["healthy"] for r in replicas(url))
+        # every worker has checked both replicas (one /health answers from one worker: a worker
+        # that has not checked the home replica yet would route around it and never find it
+        # dead, and the other would still call it healthy)
+        wait_for(lambda: all(all(r["healthy"] for r in replicas(url)) for _ in range(10)), 60)
         home = PrefixRouter(2).order(ids, [True, True], [0, 0])[0]
         two[home].kill()
         try:
