@@ -108,6 +108,41 @@ def _added_tokens(meta: dict[str, Any], tokens: list[str],
     ]
 
 
+def _spec(meta: dict[str, Any], merges: list[list[str]], *, normalizer: Any,
+          pre_tokenizer: Any, decoder: Any, unk_token: str | None = None, fuse_unk: bool = False,
+          byte_fallback: bool = False, ignore_merges: bool = False) -> dict[str, Any]:
+    """The tokenizer.json of a BPE model over the file's tokens (every builder's shape): its
+    added tokens typed as llama.cpp types them, the rest as each family needs."""
+    tokens: list[str] = meta["tokenizer.ggml.tokens"]
+    return {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": _added_tokens(meta, tokens, _token_types(meta, tokens)),
+        "normalizer": normalizer,
+        "pre_tokenizer": pre_tokenizer,
+        "post_processor": None,
+        "decoder": decoder,
+        "model": {
+            "type": "BPE",
+            "dropout": None,
+            "unk_token": unk_token,
+            "continuing_subword_prefix": None,
+            "end_of_word_suffix": None,
+            "fuse_unk": fuse_unk,
+            "byte_fallback": byte_fallback,
+            "ignore_merges": ignore_merges,
+            "vocab": {t: i for i, t in enumerate(tokens)},
+            "merges": merges,
+        },
+    }
+
+
+def _merges(merges: list[str]) -> list[list[str]]:
+    """GGUF's "a b" merges as tokenizer.json's pairs."""
+    return [m.split(" ", 1) for m in merges]
+
+
 def _bpe(meta: dict[str, Any]) -> dict[str, Any]:
     name = meta.get("tokenizer.ggml.pre", "default")
     pre = PRE_TOKENIZERS.get(name)
@@ -117,35 +152,13 @@ def _bpe(meta: dict[str, Any]) -> dict[str, Any]:
             f"it are not expressed for the tokenizers library; supported: "
             f"{', '.join(sorted(PRE_TOKENIZERS))}); serve it behind a gateway with its own "
             "tokenizer.json (--tokenizer)")
-    tokens: list[str] = meta["tokenizer.ggml.tokens"]
-    types = _token_types(meta, tokens)
-    merges: list[str] = meta.get("tokenizer.ggml.merges", [])
-    return {
-        "version": "1.0",
-        "truncation": None,
-        "padding": None,
-        "added_tokens": _added_tokens(meta, tokens, types),
-        "normalizer": None,
-        "pre_tokenizer": {
-            "type": "Sequence",
-            "pretokenizers": [*(_split(p) for p in pre.regexes), _BYTE_LEVEL],
-        },
-        "post_processor": None,
-        "decoder": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False,
-                    "use_regex": False},
-        "model": {
-            "type": "BPE",
-            "dropout": None,
-            "unk_token": None,
-            "continuing_subword_prefix": None,
-            "end_of_word_suffix": None,
-            "fuse_unk": False,
-            "byte_fallback": False,
-            "ignore_merges": pre.ignore_merges,
-            "vocab": {t: i for i, t in enumerate(tokens)},
-            "merges": [m.split(" ", 1) for m in merges],
-        },
-    }
+    return _spec(
+        meta, _merges(meta.get("tokenizer.ggml.merges", [])), normalizer=None,
+        pre_tokenizer={"type": "Sequence",
+                       "pretokenizers": [*(_split(p) for p in pre.regexes), _BYTE_LEVEL]},
+        decoder={"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False,
+                 "use_regex": False},
+        ignore_merges=pre.ignore_merges)
 
 
 _SPACE = "\u2581"  # SentencePiece's visible space
@@ -184,7 +197,6 @@ def _spm(meta: dict[str, Any]) -> dict[str, Any]:
             "equivalent yet (llama.cpp collapses whitespace runs its own way; no vocabulary "
             "test file has it)")
     tokens: list[str] = meta["tokenizer.ggml.tokens"]
-    types = _token_types(meta, tokens)
     scores: list[float] = meta.get("tokenizer.ggml.scores", [0.0] * len(tokens))
     unk = meta.get("tokenizer.ggml.unknown_token_id", 0)
     normalizer: dict[str, Any] = _ESCAPE_SPACE
@@ -194,59 +206,17 @@ def _spm(meta: dict[str, Any]) -> dict[str, Any]:
         # each stretch of text between added tokens on its own, so a Prepend does the same
         normalizer = {"type": "Sequence", "normalizers": [
             {"type": "Prepend", "prepend": _SPACE}, _ESCAPE_SPACE]}
-    return {
-        "version": "1.0",
-        "truncation": None,
-        "padding": None,
-        "added_tokens": _added_tokens(meta, tokens, types),
-        "normalizer": normalizer,
-        "pre_tokenizer": None,
-        "post_processor": None,
-        "decoder": _SPM_DECODER,
-        "model": {
-            "type": "BPE",
-            "dropout": None,
-            "unk_token": tokens[unk] if 0 <= unk < len(tokens) else None,
-            "continuing_subword_prefix": None,
-            "end_of_word_suffix": None,
-            "fuse_unk": True,
-            "byte_fallback": True,
-            "ignore_merges": False,
-            "vocab": {t: i for i, t in enumerate(tokens)},
-            "merges": _spm_merges(tokens, scores),
-        },
-    }
+    return _spec(meta, _spm_merges(tokens, scores), normalizer=normalizer, pre_tokenizer=None,
+                 decoder=_SPM_DECODER, unk_token=tokens[unk] if 0 <= unk < len(tokens) else None,
+                 fuse_unk=True, byte_fallback=True)
 
 
 def _gemma4(meta: dict[str, Any]) -> dict[str, Any]:
     """Gemma 4: BPE merges over raw UTF-8 with spaces as "▁" (SentencePiece's pieces), the text
     split only at newlines, `<0xXX>` byte tokens for what no piece covers (llama.cpp's
     LLAMA_VOCAB_PRE_TYPE_GEMMA4)."""
-    tokens: list[str] = meta["tokenizer.ggml.tokens"]
-    types = _token_types(meta, tokens)
-    merges: list[str] = meta["tokenizer.ggml.merges"]
-    return {
-        "version": "1.0",
-        "truncation": None,
-        "padding": None,
-        "added_tokens": _added_tokens(meta, tokens, types),
-        "normalizer": _ESCAPE_SPACE,
-        "pre_tokenizer": _split(r"[^\n]+|[\n]+"),
-        "post_processor": None,
-        "decoder": _SPM_DECODER,
-        "model": {
-            "type": "BPE",
-            "dropout": None,
-            "unk_token": None,
-            "continuing_subword_prefix": None,
-            "end_of_word_suffix": None,
-            "fuse_unk": False,
-            "byte_fallback": True,
-            "ignore_merges": False,
-            "vocab": {t: i for i, t in enumerate(tokens)},
-            "merges": [m.split(" ", 1) for m in merges],
-        },
-    }
+    return _spec(meta, _merges(meta["tokenizer.ggml.merges"]), normalizer=_ESCAPE_SPACE,
+                 pre_tokenizer=_split(r"[^\n]+|[\n]+"), decoder=_SPM_DECODER, byte_fallback=True)
 
 
 #: `tokenizer.ggml.model` -> builder of the tokenizer.json structure
