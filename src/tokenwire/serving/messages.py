@@ -230,11 +230,11 @@ def render_messages(messages: Sequence[ChatMessage], space: TokenSpace,
     else:
         rest = list(enumerate(messages))
     for i, m in rest:
-        # a text content is encoded by the template, with the text around it
-        text = None if continue_final and i == len(messages) - 1 else _content_text(m)
+        # a text content is encoded by the template, with the text around it (not one that
+        # gets the default tool format's text here, nor the one a continued prompt ends in)
         hermes = not native and (bool(m.tool_calls and m.token_ids is None) or m.role == "tool")
-        if hermes:
-            text = None
+        last = continue_final and i == len(messages) - 1
+        text = None if hermes or last else _content_text(m)
         ids = _content_ids(m, space, ended[i] is not None) \
             if text is None and (m.content is not None or m.token_ids is not None) else []
         extra = _extras(m, template)

@@ -142,11 +142,9 @@ class ReasoningSplitter:
         # hold only the ids under the longest end of the bytes that begins the marker
         begins = max((n for n in range(1, len(marker)) if held.endswith(marker[:n])), default=0)
         keep, size = len(self._held), 0
-        while begins and keep and size < begins:
+        while keep and size < begins:
             keep -= 1
             size += len(self._tok.token_bytes(self._held[keep]))
-        if not begins:
-            keep = len(self._held)
         if keep:
             self._emit(self._here, self._held[:keep], out)
             self._held = self._held[keep:]
