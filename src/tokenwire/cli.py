@@ -41,6 +41,7 @@ def _serve(args: argparse.Namespace) -> int:
         "deterministic": args.deterministic, "logprobs_mode": args.logprobs_mode,
         "return_sampling_mask": args.return_sampling_mask, "workers": args.workers,
         "engine_process": args.engine_process, "cpu_variant": args.cpu_variant,
+        "reasoning_parser": args.reasoning_parser,
     }.items() if v is not None}
     try:
         settings = Settings(**overrides)
@@ -283,9 +284,13 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--model", action="append", metavar="SOURCE[,KEY=VALUE...]",
                    help="a GGUF file or a shipped model's short name (smollm2-135m, the "
                    "default), then its own settings: name, max_model_len, n_parallel, "
-                   "n_batch, n_threads, max_queued, prefix_cache, chat_template; repeat for "
+                   "n_batch, n_threads, max_queued, prefix_cache, chat_template, reasoning_parser; "
+                   "repeat for "
                    "several models (docs/deploy.md)")
     s.add_argument("--models-file", type=Path, help="a TOML file of [[model]] tables")
+    s.add_argument("--reasoning-parser", help="how the model's reasoning is split from its "
+                   "answer: auto (from the chat template, the default), none, qwen3, "
+                   "deepseek_r1")
     s.add_argument("--host")
     s.add_argument("--port", type=int)
     s.add_argument("--served-model-name")

@@ -107,6 +107,7 @@ class ModelSpec(BaseModel):
     max_queued: int | None = Field(None, ge=0)
     prefix_cache: bool | None = None
     chat_template: Path | None = None
+    reasoning_parser: str | None = None
 
     @classmethod
     def parse(cls, text: str) -> ModelSpec:
@@ -127,7 +128,7 @@ def _spec_fields(text: str) -> dict[str, str]:
 
 #: the Settings a ModelSpec may override, with the names the two share
 _PER_MODEL = ("max_model_len", "n_parallel", "n_batch", "n_threads", "max_queued",
-              "prefix_cache", "chat_template")
+              "prefix_cache", "chat_template", "reasoning_parser")
 
 
 class Settings(BaseSettings):
@@ -330,6 +331,11 @@ class Settings(BaseSettings):
     chat_template: Path | None = Field(
         None, description="A Jinja chat template file used instead of the model's own (e.g. "
         "one that renders tools; docs/api.md)."
+    )
+    reasoning_parser: Literal["auto", "none", "qwen3", "deepseek_r1"] = Field(
+        "auto", description="How the model's reasoning is split from its answer (vLLM's "
+        "`--reasoning-parser` names): `auto` finds the format in the chat template "
+        "(`<think>` ... `</think>`), `none` never splits (docs/api.md)."
     )
     check_drift: bool = Field(
         False, description="Warn on every chat request whose assistant `token_ids` differ from "

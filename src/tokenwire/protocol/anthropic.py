@@ -334,7 +334,20 @@ class ToolUseContent(ResponseModel):
     omit_if_none: ClassVar[frozenset[str]] = frozenset({"token_ids"})
 
 
-ContentBlock = TextContent | ToolUseContent
+class ThinkingContent(ResponseModel):
+    """The model's reasoning, where it reasons. `signature` is an opaque id, as vLLM's (no
+    signed claim: this server keeps the ids, not a signature, as what proves a turn)."""
+
+    type: Literal["thinking"] = "thinking"
+    thinking: str
+    signature: str
+    token_ids: list[int] | None = None
+    """The reasoning's ids, its markers (`<think>`, `</think>`) included."""
+
+    omit_if_none: ClassVar[frozenset[str]] = frozenset({"token_ids"})
+
+
+ContentBlock = ThinkingContent | TextContent | ToolUseContent
 
 
 class AnthropicUsage(ResponseModel):
@@ -413,10 +426,24 @@ class InputJsonDelta(ResponseModel):
     omit_if_none: ClassVar[frozenset[str]] = frozenset({"token_ids"})
 
 
+class ThinkingDelta(ResponseModel):
+    type: Literal["thinking_delta"] = "thinking_delta"
+    thinking: str
+    token_ids: list[int] | None = None
+    """This delta's ids (a marker's: with `thinking` "")."""
+
+    omit_if_none: ClassVar[frozenset[str]] = frozenset({"token_ids"})
+
+
+class SignatureDelta(ResponseModel):
+    type: Literal["signature_delta"] = "signature_delta"
+    signature: str
+
+
 class ContentBlockDeltaEvent(ResponseModel):
     type: Literal["content_block_delta"] = "content_block_delta"
     index: int
-    delta: TextDelta | InputJsonDelta
+    delta: TextDelta | InputJsonDelta | ThinkingDelta | SignatureDelta
 
 
 class ContentBlockStopEvent(ResponseModel):

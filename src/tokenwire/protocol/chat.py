@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BeforeValidator, Discriminator, Field, Tag
+from pydantic import BeforeValidator, Discriminator, Field, Tag, model_validator
 
 from ._base import RequestModel, ResponseModel
 from .common import (
@@ -125,6 +125,21 @@ class ChatMessage(RequestModel):
     tool_calls: list[ToolCall] | None = None
     """Assistant history: the calls it made. With `token_ids` the ids are the message (the
     calls are not rendered again); without, the calls are rendered in the tool format."""
+    reasoning: str | None = None
+    """Assistant history, vLLM's: the reasoning before `content`, for the template to render
+    (as its `reasoning_content`); with `token_ids` the ids are the message. vLLM's deprecated
+    `reasoning_content` is read as this."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _reasoning_content(cls, data: Any) -> Any:
+        """vLLM renames the deprecated `reasoning_content` to `reasoning` (its protocol.py)."""
+        if isinstance(data, dict) and "reasoning_content" in data:
+            data = dict(data)
+            old = data.pop("reasoning_content")
+            if data.get("reasoning") is None:
+                data["reasoning"] = old
+        return data
 
 
 def _no_int_as_bool(v: Any) -> Any:
@@ -243,13 +258,19 @@ FinishReason = Literal["stop", "length", "tool_calls", "content_filter", "abort"
 
 
 class ResponseMessage(ResponseModel):
-    omit_if_none = frozenset({"token_ids", "tool_calls"})
+    omit_if_none = frozenset({"token_ids", "tool_calls", "reasoning", "reasoning_token_ids"})
     role: Literal["assistant"] = "assistant"
     content: str | None
     refusal: str | None = None
     tool_calls: list[ResponseToolCall] | None = None
+    reasoning: str | None = None
+    """vLLM's: the model's reasoning, where it reasons (its markers' text not included)."""
     token_ids: list[int] | None = None
-    """The ids the model sampled (`response_format_tokens`)."""
+    """The ids the model sampled (`response_format_tokens`), reasoning and markers included:
+    the message as history sends it back."""
+    reasoning_token_ids: list[int] | None = None
+    """With `token_ids`, where the model reasoned: the reasoning's ids (a run of `token_ids`,
+    between its markers)."""
 
 
 class ChatChoice(ResponseModel):
@@ -309,14 +330,16 @@ class ChatCompletion(_TokenNative):
 
 
 class ChatDelta(ResponseModel):
-    omit_if_none = frozenset({"role", "content", "token_ids", "tool_calls"})
+    omit_if_none = frozenset({"role", "content", "token_ids", "tool_calls", "reasoning"})
     role: Literal["assistant"] | None = None
     content: str | None = None
     """Never splits a UTF-8 character: may be "" while ids of a partial character arrive."""
+    reasoning: str | None = None
+    """vLLM's: a piece of the model's reasoning (never with `content` in one delta)."""
     tool_calls: list[DeltaToolCall] | None = None
     token_ids: list[int] | None = None
-    """The ids of the text this delta carries, in `content` or in a call's `arguments` (or in
-    the tool format's syntax around them)."""
+    """The ids of the text this delta carries, in `content`, in `reasoning` or in a call's
+    `arguments` (or in the syntax around them: a tool format's, reasoning markers)."""
 
 
 class ChatChunkChoice(ResponseModel):

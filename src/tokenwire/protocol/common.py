@@ -107,21 +107,31 @@ class PromptTokensDetails(ResponseModel):
     """Prompt tokens whose KV came from the engine's prefix cache (not computed again)."""
 
 
+class CompletionTokensDetails(ResponseModel):
+    reasoning_tokens: int
+    """Sampled ids that were reasoning (its markers not counted, as vLLM counts them)."""
+
+
 class Usage(ResponseModel):
-    omit_if_none = frozenset({"prompt_tokens_details"})
+    omit_if_none = frozenset({"prompt_tokens_details", "completion_tokens_details"})
     prompt_tokens: int
     completion_tokens: int
     """Every token the model sampled, the end-of-generation token included."""
     total_tokens: int
     prompt_tokens_details: PromptTokensDetails | None = None
     """OpenAI's: where the engine reports its prefix cache (the embedded one does)."""
+    completion_tokens_details: CompletionTokensDetails | None = None
+    """OpenAI's: where the model's reasoning is split out (a model that reasons)."""
 
     @classmethod
-    def of(cls, prompt: int, completion: int, cached: int | None = None) -> Usage:
+    def of(cls, prompt: int, completion: int, cached: int | None = None,
+           reasoning: int | None = None) -> Usage:
         return cls(prompt_tokens=prompt, completion_tokens=completion,
                    total_tokens=prompt + completion,
                    prompt_tokens_details=PromptTokensDetails(cached_tokens=cached)
-                   if cached is not None else None)
+                   if cached is not None else None,
+                   completion_tokens_details=CompletionTokensDetails(
+                       reasoning_tokens=reasoning) if reasoning is not None else None)
 
 
 class LogprobEntry(ResponseModel):

@@ -40,8 +40,12 @@ __all__ = [
     "OutputItem",
     "OutputItemEvent",
     "OutputMessage",
+    "OutputReasoning",
     "OutputTextInputPart",
     "OutputTextPart",
+    "ReasoningDeltaEvent",
+    "ReasoningDoneEvent",
+    "ReasoningTextPart",
     "OutputTokensDetails",
     "Response",
     "ResponseErrorInfo",
@@ -366,7 +370,27 @@ class OutputFunctionCall(ResponseModel):
     included."""
 
 
-OutputItem = OutputMessage | OutputFunctionCall
+class ReasoningTextPart(ResponseModel):
+    type: Literal["reasoning_text"] = "reasoning_text"
+    text: str
+
+
+class OutputReasoning(ResponseModel):
+    """The model's reasoning, where it reasons (vLLM's reasoning item: its text as
+    `reasoning_text` content, no summary)."""
+
+    omit_if_none = frozenset({"token_ids"})
+    id: str
+    type: Literal["reasoning"] = "reasoning"
+    status: ItemStatus
+    summary: list[Any] = Field(default_factory=list)
+    content: list[ReasoningTextPart] = Field(default_factory=list)
+    token_ids: list[int] | None = None
+    """`output.token_ids`: the ids of this item, its markers (`<think>`, `</think>`)
+    included."""
+
+
+OutputItem = OutputReasoning | OutputMessage | OutputFunctionCall
 
 
 class InputTokensDetails(ResponseModel):
@@ -386,10 +410,12 @@ class ResponseUsage(ResponseModel):
     total_tokens: int
 
     @classmethod
-    def of(cls, prompt: int, completion: int, cached: int | None) -> ResponseUsage:
+    def of(cls, prompt: int, completion: int, cached: int | None,
+           reasoning: int | None = None) -> ResponseUsage:
         return cls(input_tokens=prompt,
                    input_tokens_details=InputTokensDetails(cached_tokens=cached or 0),
-                   output_tokens=completion, total_tokens=prompt + completion)
+                   output_tokens=completion, total_tokens=prompt + completion,
+                   output_tokens_details=OutputTokensDetails(reasoning_tokens=reasoning or 0))
 
 
 class IncompleteDetails(ResponseModel):
@@ -473,7 +499,7 @@ class ContentPartEvent(_Event):
     item_id: str
     output_index: int
     content_index: int = 0
-    part: OutputTextPart
+    part: OutputTextPart | ReasoningTextPart
 
 
 class TextDeltaEvent(_Event):
@@ -516,8 +542,28 @@ class ArgumentsDoneEvent(_Event):
     arguments: str
 
 
+class ReasoningDeltaEvent(_Event):
+    omit_if_none = frozenset({"token_ids"})
+    type: str = "response.reasoning_text.delta"
+    item_id: str
+    output_index: int
+    content_index: int = 0
+    delta: str
+    token_ids: list[int] | None = None
+    """`output.token_ids`: the ids of this delta (a marker's: with `delta` "")."""
+
+
+class ReasoningDoneEvent(_Event):
+    type: str = "response.reasoning_text.done"
+    item_id: str
+    output_index: int
+    content_index: int = 0
+    text: str
+
+
 ResponseEvent = (ResponseLifecycleEvent | OutputItemEvent | ContentPartEvent | TextDeltaEvent
-                 | TextDoneEvent | ArgumentsDeltaEvent | ArgumentsDoneEvent)
+                 | TextDoneEvent | ArgumentsDeltaEvent | ArgumentsDoneEvent
+                 | ReasoningDeltaEvent | ReasoningDoneEvent)
 
 
 class ResponseStreamEvent(RootModel[ResponseEvent]):

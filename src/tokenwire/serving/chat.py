@@ -65,6 +65,7 @@ from .plan import (
     check_sampling_mask,
 )
 from .prefix import PromptPrefix, continued
+from .reasoning import ReasoningFormat
 from .sampling import (
     VllmParams,
     choice_params,
@@ -92,6 +93,14 @@ class ChatPlan(Plan):
     extras: VllmParams
     echo: str = ""
     """`echo`: the text the response's content starts with."""
+    reasoning: tuple[ReasoningFormat, bool] | None = None
+    """Where the model reasons: its format, and whether the prompt leaves it inside its
+    reasoning (serving/reasoning.py)."""
+
+    def usage(self, completion: int, cached: int | None, reasoning: int) -> Usage:
+        """The response's usage (`reasoning_tokens` where the model's reasoning is split)."""
+        return Usage.of(len(self.prompt), completion, cached,
+                        reasoning if self.reasoning is not None else None)
 
     def envelope(self) -> dict[str, Any]:
         env = super().envelope()
@@ -134,6 +143,20 @@ def _check_shape(req: ChatCompletionRequest, settings: Settings) -> None:
             "continue_final_message needs add_generation_prompt false (the prompt cannot both "
             "continue the last message and open a new one)", param="continue_final_message",
             code="invalid_value")
+
+
+def _check_hidden_reasoning(req: ChatCompletionRequest) -> None:
+    """`include_reasoning: false` hides the reasoning; ids and logprobs would show it (vLLM
+    drops them silently; here the client hears it)."""
+    if req.include_reasoning:
+        return
+    for param, on in (("response_format_tokens", bool(req.response_format_tokens)),
+                      ("return_token_ids", req.return_token_ids), ("logprobs", req.logprobs)):
+        if on:
+            raise InvalidRequestError(
+                f"include_reasoning false hides the model's reasoning, which {param} would "
+                "show (every sampled id, the reasoning's included)", param="include_reasoning",
+                code="invalid_value")
 
 
 def _check_translatable(req: ChatCompletionRequest, constraints: Constraints) -> None:
@@ -251,8 +274,13 @@ class ChatService(GenerationService):
         extras = vllm_params(req, req.logit_bias, vocab_size=model.tokenizer.vocab_size,
                              budget=budget, cache_salt=req.cache_salt,
                              cache_key=req.prompt_cache_key)
+        reasoning = None
+        if model.reasoning is not None:
+            _check_hidden_reasoning(req)
+            reasoning = (model.reasoning, model.reasoning.starts_inside(model.tokenizer, prompt))
         return ChatPlan(req=req, model=model, space=space, conv=conv, constraints=constraints,
                      budget=budget, prompt=prompt, extras=extras, echo=_echo(req, space),
+                     reasoning=reasoning,
                      sent_ids=bool(spans), skip_special=bool(req.skip_special_tokens),
                      shows_ids=bool(req.response_format_tokens) or req.return_token_ids,
                      id=f"chatcmpl-{req.request_id or uuid.uuid4().hex}",
@@ -283,7 +311,8 @@ class ChatService(GenerationService):
                                  # tool calls are parsed from the text: their tags stay in it
                                  skip_special=bool(req.skip_special_tokens)
                                  and not plan.constraints.parse_tools,
-                                 min_tokens=plan.extras.min_tokens, whole=whole)
+                                 min_tokens=plan.extras.min_tokens, whole=whole,
+                                 reasoning=plan.reasoning)
 
     # -- responses -----------------------------------------------------------------------------
 
@@ -377,8 +406,9 @@ class ChatService(GenerationService):
                      caller: Caller = ANONYMOUS) -> ChatCompletion:
         plan = await self._planned(req, caller)
         acc = await self._whole(lambda: self._start(plan, whole=True), plan.req.n)
-        completion = self._completion(plan, acc, self._served(plan, Usage.of(
-            len(plan.prompt), sum(a.n_sampled for a in acc), acc[0].cached_tokens)))
+        completion = self._completion(plan, acc, self._served(plan, plan.usage(
+            sum(a.n_sampled for a in acc), acc[0].cached_tokens,
+            sum(a.reasoning_tokens or 0 for a in acc))))
         if req.store:
             await self._keep(plan, req, completion, acc, caller)
         return completion
@@ -395,7 +425,7 @@ class ChatService(GenerationService):
             parser = plan.parser()
             calls = None
             if parser is not None:
-                text = parser.push(Delta(a.ids, a.text), last=True).content
+                text = parser.push(Delta(a.content_ids, a.text), last=True).content
                 calls = [ResponseToolCall(id=c.id, function=ResponseFunction(
                     name=c.name, arguments=c.arguments)) for c in parser.calls] or None
                 if calls and not text:
@@ -407,7 +437,11 @@ class ChatService(GenerationService):
                 message=ResponseMessage(
                     content=None if req.response_format_tokens == "only" else text,
                     tool_calls=calls,
+                    reasoning=a.reasoning if req.include_reasoning
+                    and req.response_format_tokens != "only" else None,
                     token_ids=ids if req.response_format_tokens else None,
+                    reasoning_token_ids=plan.out_ids(a.reasoning_ids)
+                    if req.response_format_tokens and a.reasoning_ids else None,
                 ),
                 logprobs=ChoiceLogprobs(content=chat_logprobs(tok, a.events, as_ids=as_ids,
                                                                ids=plan.logprob_ids()))
@@ -446,7 +480,7 @@ class ChatService(GenerationService):
         chunks = _ChunkMaker(plan)
         whole = [ChoiceResult() for _ in range(plan.req.n)] if keep is not None else None
         held: list[ChatCompletionChunk] = []  # with `keep`: each choice's finishing chunk
-        completion = 0
+        completion = reasoning = 0
         cached: int | None = None
         try:
             for chunk in chunks.roles():
@@ -459,6 +493,7 @@ class ChatService(GenerationService):
                     yield shown
                 if u.finish_reason is not None:
                     completion += u.n_sampled
+                    reasoning += u.reasoning_tokens or 0
                     if u.index == 0:
                         cached = u.cached_tokens
                     last = chunks.finish(u)
@@ -470,7 +505,7 @@ class ChatService(GenerationService):
             aclose = getattr(updates, "aclose", None)
             if aclose is not None:
                 await aclose()
-            usage = self._served(plan, Usage.of(len(plan.prompt), completion, cached))
+            usage = self._served(plan, plan.usage(completion, cached, reasoning))
         if keep is not None and whole is not None:
             sent, caller = keep
             await self._keep(plan, sent, self._completion(plan, whole, usage), whole, caller)
@@ -515,8 +550,14 @@ class _ChunkMaker:
         claim, a tool call's markup)."""
         req = self._plan.req
         parser = self._parsers[u.index]
-        if parser is None:
-            parsed: ParsedDelta | None = None
+        reasoning: str | None = None
+        parsed: ParsedDelta | None = None
+        if u.part != "content":  # reasoning, or its markers: never the tool parser's
+            ids, text, events = u.delta.ids, "", u.delta.events
+            if u.part == "reasoning" and req.include_reasoning and not self._only:
+                reasoning = u.delta.text
+            visible = bool(reasoning or (ids and self._delta_ids) or (events and req.logprobs))
+        elif parser is None:
             ids, text, events = u.delta.ids, u.delta.text, u.delta.events
             visible = bool(u.delta)
         else:
@@ -532,7 +573,9 @@ class _ChunkMaker:
             ChatChunkChoice(
                 index=u.index,
                 delta=ChatDelta(
-                    content=None if self._only or (parsed is not None and not text) else text,
+                    content=None if self._only or u.part != "content"
+                    or (parsed is not None and not text) else text,
+                    reasoning=reasoning,
                     tool_calls=_tool_deltas(parsed.calls) if parsed is not None else None,
                     token_ids=out if self._delta_ids else None),
                 logprobs=ChoiceLogprobs(content=chat_logprobs(

@@ -30,6 +30,7 @@ from ..protocol.generate import GenerateStreamOptions
 from ..tokenizers.base import Tokenizer
 from ..tokenizers.conversions import Reason
 from .output import Delta, OutputDecoder
+from .reasoning import Part, ReasoningFormat, ReasoningStream
 
 __all__ = ["FLOW", "ChoiceResult", "ChoiceUpdate", "Flow", "RunningUsage", "collect",
            "migration_warnings", "run_choices", "wire_spans"]
@@ -57,6 +58,12 @@ class ChoiceUpdate:
     """On the finishing update: an MoE upstream's expert choices (vLLM's, as it sent them)."""
     migrations: tuple[str, ...] = ()
     """On the finishing update: each move to another upstream replica (a gateway's)."""
+    part: Part = "content"
+    """What the delta is, where the model's reasoning is split out (serving/reasoning.py):
+    its reasoning, a reasoning marker's ids (no text), or content. A finishing update is
+    always content (maybe empty)."""
+    reasoning_tokens: int | None = None
+    """On the finishing update, where reasoning is split out: how many ids were reasoning."""
 
 
 @dataclass
@@ -64,7 +71,12 @@ class ChoiceResult:
     """A whole choice, gathered from its updates (for non-streaming responses)."""
 
     ids: list[int] = field(default_factory=list)
+    """Every id sampled, in order (reasoning, markers and content)."""
     parts: list[str] = field(default_factory=list)
+    """The content's text."""
+    content_ids: list[int] = field(default_factory=list)
+    reasoning_ids: list[int] = field(default_factory=list)
+    reasoning_parts: list[str] = field(default_factory=list)
     events: list[TokenEvent] = field(default_factory=list)
     prompt_logprobs: tuple[TokenEvent, ...] = ()
     finish_reason: str | None = None
@@ -75,14 +87,25 @@ class ChoiceResult:
     weight_versions: tuple[WeightSpan, ...] | None = None
     routed_experts: str | None = None
     migrations: tuple[str, ...] = ()
+    reasoning_tokens: int | None = None
 
     @property
     def text(self) -> str:
         return "".join(self.parts)
 
+    @property
+    def reasoning(self) -> str | None:
+        """The reasoning's text; None where no reasoning was split out."""
+        return "".join(self.reasoning_parts) if self.reasoning_ids else None
+
     def add(self, u: ChoiceUpdate) -> None:
         self.ids += u.delta.ids
-        self.parts.append(u.delta.text)
+        if u.part == "content":
+            self.content_ids += u.delta.ids
+            self.parts.append(u.delta.text)
+        elif u.part == "reasoning":
+            self.reasoning_ids += u.delta.ids
+            self.reasoning_parts.append(u.delta.text)
         self.events += u.delta.events
         if u.prompt_logprobs is not None:
             self.prompt_logprobs = u.prompt_logprobs
@@ -95,6 +118,7 @@ class ChoiceResult:
             self.weight_versions = u.weight_versions
             self.routed_experts = u.routed_experts
             self.migrations = u.migrations
+            self.reasoning_tokens = u.reasoning_tokens
 
 
 class RunningUsage:
@@ -145,12 +169,21 @@ FLOW: ContextVar[Flow | None] = ContextVar("tokenwire_flow", default=None)
 """The `Flow` of the response being made (set by the route, read where its choices run)."""
 
 
+def _pieces(split: ReasoningStream | None, delta: Delta,
+            last: bool = False) -> list[tuple[Part, Delta]]:
+    if split is None:
+        return [("content", delta)] if delta or last else []
+    return split.push(delta, last=last)
+
+
 async def _updates(index: int, stream: EventStream, decoder: OutputDecoder,
                    check: OutputCheck | None, clock: TokenClock | None,
-                   flow: Flow | None = None) -> AsyncGenerator[ChoiceUpdate, None]:
-    """One choice's updates: its tokens decoded into deltas, then its finish. The stream is
-    closed however this ends. With a `flow`, each update says whether the stream holds the
-    next event already (an engine stream's optional `ready`)."""
+                   flow: Flow | None = None, split: ReasoningStream | None = None,
+                   ) -> AsyncGenerator[ChoiceUpdate, None]:
+    """One choice's updates: its tokens decoded into deltas (split into reasoning and content
+    by `split`, where the model reasons), then its finish. The stream is closed however this
+    ends. With a `flow`, each update says whether the stream holds the next event already (an
+    engine stream's optional `ready`)."""
     if flow is not None and not hasattr(stream, "ready"):
         flow = None
     n_sampled = 0
@@ -173,13 +206,19 @@ async def _updates(index: int, stream: EventStream, decoder: OutputDecoder,
                         yield ChoiceUpdate(index, Delta(), "content_filter", None, n_sampled)
                         return
                 if decoder.stop_string is not None:
-                    yield ChoiceUpdate(index, delta, "stop", decoder.stop_string, n_sampled)
+                    before, last = _last_content(_pieces(split, delta, last=True))
+                    for part, d in before:
+                        yield ChoiceUpdate(index, d, part=part)
+                    yield ChoiceUpdate(index, last, "stop", decoder.stop_string, n_sampled,
+                                       reasoning_tokens=_reasoning_tokens(split))
                     return
-                if delta:
+                pieces = _pieces(split, delta)
+                for k, (part, d) in enumerate(pieces):
                     if flow is not None:
-                        flow.more = stream.ready  # type: ignore[attr-defined]
-                    yield ChoiceUpdate(index, delta, weight_versions=_spans(
-                        changes, n_sampled) if changed else None)
+                        flow.more = k + 1 < len(pieces) \
+                            or stream.ready  # type: ignore[attr-defined]
+                    yield ChoiceUpdate(index, d, weight_versions=_spans(
+                        changes, n_sampled) if changed else None, part=part)
                     changed = False
             elif isinstance(ev, PromptLogprobsEvent):
                 yield ChoiceUpdate(index, Delta(), prompt_logprobs=ev.entries)
@@ -192,18 +231,34 @@ async def _updates(index: int, stream: EventStream, decoder: OutputDecoder,
                         clock.token()
                 if ev.n_sampled is not None:
                     n_sampled = ev.n_sampled  # the upstream's own count (text-only engines)
+                before, last = _last_content(_pieces(split, decoder.finish(), last=True))
+                for part, d in before:
+                    yield ChoiceUpdate(index, d, part=part)
                 if flow is not None:
                     flow.more = False
-                yield ChoiceUpdate(index, decoder.finish(), ev.reason, stop_reason, n_sampled,
+                yield ChoiceUpdate(index, last, ev.reason, stop_reason, n_sampled,
                                    stop_event=ev.stop_token, cached_tokens=ev.cached_tokens,
                                    weight_versions=ev.weight_versions,
-                                   routed_experts=ev.routed_experts, migrations=ev.migrations)
+                                   routed_experts=ev.routed_experts, migrations=ev.migrations,
+                                   reasoning_tokens=_reasoning_tokens(split))
                 return
         raise ServiceUnavailableError("the engine ended a sequence without finishing it")
     finally:
         if clock is not None:
             clock.close()
         await stream.aclose()
+
+
+def _last_content(pieces: list[tuple[Part, Delta]]) -> tuple[list[tuple[Part, Delta]], Delta]:
+    """The pieces before the finishing update, and its delta: the last piece's when that is
+    content, else an empty one (a finishing update is always content)."""
+    if pieces and pieces[-1][0] == "content":
+        return pieces[:-1], pieces[-1][1]
+    return pieces, Delta()
+
+
+def _reasoning_tokens(split: ReasoningStream | None) -> int | None:
+    return None if split is None else split.splitter.reasoning_ids
 
 
 async def _pump(updates: AsyncGenerator[ChoiceUpdate, None],
@@ -230,14 +285,17 @@ async def run_choices(engine: Engine, jobs: Sequence[tuple[Sequence[int], Sampli
                       keep_stop_token: bool = False, timer: TokenTimer | None = None,
                       include_stop: bool = False, skip_special: bool = False,
                       min_tokens: int = 0, text: Reason | None = "output",
-                      whole: bool = False) -> AsyncGenerator[ChoiceUpdate, None]:
+                      whole: bool = False, reasoning: tuple[ReasoningFormat, bool] | None = None,
+                      ) -> AsyncGenerator[ChoiceUpdate, None]:
     """One choice per (prompt, params) job; updates carry the job's index. With a `timer`,
     each choice's tokens are timed from now (admission and queueing included). `text`: why
     the output's text is read, None where nobody reads it (`OutputDecoder`); an
     `output_check` reads it. `whole`: the caller reads only the finished output; unless a stop
     string or the output check may end a choice early (the upstream would generate on), an
     engine that can answer in one body (`answers_whole`: vLLM's) is told so
-    (`SamplingParams.whole`)."""
+    (`SamplingParams.whole`). `reasoning`: the model's reasoning format and whether the prompt
+    leaves it inside its reasoning: each choice's ids are split into reasoning and content
+    (`ChoiceUpdate.part`)."""
     if output_check is not None and text is None:
         text = "policy"
     whole = whole and not stop and output_check is None and getattr(engine, "answers_whole",
@@ -270,17 +328,20 @@ async def run_choices(engine: Engine, jobs: Sequence[tuple[Sequence[int], Sampli
                               keep_stop_token=keep_stop_token, include_stop=include_stop,
                               skip_special=skip_special, min_tokens=min_tokens, text=text)
                 for _ in streams]
-    return _merge(streams, decoders, output_check, clocks)
+    splits = [None if reasoning is None else ReasoningStream(
+        tokenizer, reasoning[0], inside=reasoning[1], text=text is not None,
+        skip=tokenizer.special_ids if skip_special else frozenset()) for _ in streams]
+    return _merge(streams, decoders, output_check, clocks, splits)
 
 
 def _merge(streams: list[EventStream], decoders: list[OutputDecoder],
            check: OutputCheck | None, clocks: list[TokenClock | None],
-           ) -> AsyncGenerator[ChoiceUpdate, None]:
+           splits: list[ReasoningStream | None]) -> AsyncGenerator[ChoiceUpdate, None]:
     flow = FLOW.get()
     if len(streams) == 1:  # the common case: read where it is consumed, no task, no queue
-        return _updates(0, streams[0], decoders[0], check, clocks[0], flow)
-    return _merged([_updates(i, s, d, check, c) for i, (s, d, c) in enumerate(
-        zip(streams, decoders, clocks, strict=True))], flow)
+        return _updates(0, streams[0], decoders[0], check, clocks[0], flow, splits[0])
+    return _merged([_updates(i, s, d, check, c, split=r) for i, (s, d, c, r) in enumerate(
+        zip(streams, decoders, clocks, splits, strict=True))], flow)
 
 
 async def _merged(choices: list[AsyncGenerator[ChoiceUpdate, None]], flow: Flow | None,

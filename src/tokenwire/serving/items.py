@@ -3,7 +3,9 @@ tool calls, shared by the Responses API (which renders the items' events as they
 Messages API (which renders them as content blocks).
 
 The output is split into items as the tool-call parser classifies it: text is a `message`
-item, each call a `function_call` item, in the order the model wrote them. Every sampled id
+item, each call a `function_call` item, in the order the model wrote them; where the model
+reasons, its reasoning (split out before the parser sees anything: serving/reasoning.py) is a
+`reasoning` item, its markers' ids with it. Every sampled id
 belongs to exactly one item, so concat(items' `token_ids`) is the sampled ids: ids of the
 format's syntax (tags, the `{"name": ...` head) go with the call they frame, and one update
 whose token spans text and a call goes with the call.
@@ -25,7 +27,11 @@ from ..protocol.responses import (
     OutputFunctionCall,
     OutputItemEvent,
     OutputMessage,
+    OutputReasoning,
     OutputTextPart,
+    ReasoningDeltaEvent,
+    ReasoningDoneEvent,
+    ReasoningTextPart,
     Response,
     ResponseErrorInfo,
     ResponseEvent,
@@ -70,6 +76,9 @@ class ItemAssembler:
                 ResponseLifecycleEvent(type="response.in_progress", response=self._snapshot())]
 
     def push(self, u: ChoiceUpdate) -> list[ResponseEvent]:
+        if u.part != "content":  # never a finishing update
+            return self._reasoning(u.delta.text if u.part == "reasoning" else "",
+                                   self._out.push(u.delta.ids))
         last = u.finish_reason is not None
         out: list[ResponseEvent] = []
         if self._parser is None:
@@ -98,7 +107,7 @@ class ItemAssembler:
         if calls or not content:
             out += self._syntax(ids, events)
         if last:
-            if not self.response.output:
+            if not self.response.output or self._pending[0]:
                 out += self._text("", ([], []))
             self._pending = ([], [])
             out += self._finish(u)
@@ -115,27 +124,49 @@ class ItemAssembler:
         return [ResponseLifecycleEvent(type="response.failed", response=self._snapshot())]
 
     def usage(self, u: ChoiceUpdate) -> Usage:
-        return Usage.of(len(self._plan.prompt), u.n_sampled, u.cached_tokens)
+        return self._plan.usage(u.n_sampled, u.cached_tokens, u.reasoning_tokens or 0)
 
     # -- items ----------------------------------------------------------------------------------
 
-    def _current(self) -> OutputMessage | OutputFunctionCall | None:
+    def _current(self) -> OutputReasoning | OutputMessage | OutputFunctionCall | None:
         out = self.response.output
         return out[-1] if out and out[-1].status == "in_progress" else None
 
-    def _open(self, item: OutputMessage | OutputFunctionCall) -> list[ResponseEvent]:
+    def _open(self, item: OutputReasoning | OutputMessage | OutputFunctionCall,
+              ) -> list[ResponseEvent]:
         index = len(self.response.output)
         self.response.output.append(item)
         events: list[ResponseEvent] = [OutputItemEvent(
             type="response.output_item.added", output_index=index,
             item=item.model_copy(deep=True))]
-        if isinstance(item, OutputMessage):
-            part = OutputTextPart(text="")
-            item.content.append(part)
+        if isinstance(item, OutputMessage | OutputReasoning):
+            part: OutputTextPart | ReasoningTextPart = OutputTextPart(text="") \
+                if isinstance(item, OutputMessage) else ReasoningTextPart(text="")
+            item.content.append(part)  # type: ignore[arg-type]
             events.append(ContentPartEvent(type="response.content_part.added",
                                            item_id=item.id, output_index=index,
                                            part=part.model_copy(deep=True)))
         return events
+
+    def _reasoning(self, text: str, ids: list[int]) -> list[ResponseEvent]:
+        """Reasoning (or a marker's ids, `text` ""): into the reasoning item open now, or a
+        new one."""
+        out: list[ResponseEvent] = []
+        item = self._current()
+        if not isinstance(item, OutputReasoning):
+            out += self._close()
+            out += self._open(OutputReasoning(id=new_id("rs"), status="in_progress",
+                                              token_ids=[] if self._ids else None))
+            item = self._current()
+        assert isinstance(item, OutputReasoning)
+        ids, _ = self._take(ids, [])
+        item.content[0].text += text
+        if item.token_ids is not None:
+            item.token_ids += ids
+        if text or (ids and self._ids):
+            out.append(ReasoningDeltaEvent(item_id=item.id, output_index=self._index(),
+                                           delta=text, token_ids=ids if self._ids else None))
+        return out
 
     def _take(self, ids: list[int], events: list[TokenEvent],
               ) -> tuple[list[int], list[TokenEvent]]:
@@ -189,6 +220,7 @@ class ItemAssembler:
             return self._arguments("", (ids, events))
         if isinstance(item, OutputMessage):
             return self._text("", (ids, events))
+        # none open, or the reasoning (which these ids, the content's, are not)
         self._pending = (self._pending[0] + ids, self._pending[1] + events)
         return []
 
@@ -205,6 +237,12 @@ class ItemAssembler:
                                      logprobs=part.logprobs))
             out.append(ContentPartEvent(type="response.content_part.done", item_id=item.id,
                                         output_index=index, part=part.model_copy(deep=True)))
+        elif isinstance(item, OutputReasoning):
+            thought = item.content[0]
+            out.append(ReasoningDoneEvent(item_id=item.id, output_index=index,
+                                          text=thought.text))
+            out.append(ContentPartEvent(type="response.content_part.done", item_id=item.id,
+                                        output_index=index, part=thought.model_copy(deep=True)))
         else:
             out.append(ArgumentsDoneEvent(item_id=item.id, output_index=index, name=item.name,
                                           arguments=item.arguments))
@@ -221,7 +259,7 @@ class ItemAssembler:
         out = self._close("incomplete" if reason in ("length", "content_filter", "abort")
                           else "completed")
         r.usage = ResponseUsage.of(len(self._plan.prompt), u.n_sampled,
-                                   u.cached_tokens)
+                                   u.cached_tokens, u.reasoning_tokens)
         if self._ids:
             r.weight_versions = wire_spans(u.weight_versions)
         if reason == "length":

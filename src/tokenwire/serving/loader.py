@@ -14,10 +14,12 @@ import logging
 
 from ..config import Settings
 from ..engines.registry import EngineSpec, create_engine
+from ..tokenizers.base import Tokenizer
 from ..tokenizers.hf import HFTokenizer
 from ..tokenizers.registry import TokenizerRegistry
 from ..tokenizers.source import TokenizerSource, load_tokenizer
 from .models import ServedModel
+from .reasoning import ReasoningFormat, reasoning_format
 from .template import ChatTemplate
 
 __all__ = ["load_model", "load_models", "load_template"]
@@ -72,7 +74,20 @@ async def load_model(settings: Settings, tokenizers: TokenizerRegistry) -> Serve
     name = settings.served_model_name or engine.info.model
     log.info("serving %r on the %s engine with tokenizer %s (from %s)", name, settings.engine,
              tok.version, path.name)
-    return ServedModel(id=name, engine=engine, tokenizer_entry=entry, template=template)
+    return ServedModel(id=name, engine=engine, tokenizer_entry=entry, template=template,
+                       reasoning=_reasoning(settings, template, stored))
+
+
+def _reasoning(settings: Settings, template: ChatTemplate | None,
+               tokenizer: Tokenizer) -> ReasoningFormat | None:
+    if settings.reasoning_parser == "none":
+        return None
+    name = None if settings.reasoning_parser == "auto" else settings.reasoning_parser
+    fmt = reasoning_format(template.source if template is not None else None, tokenizer, name)
+    if fmt is not None:
+        log.info("reasoning parser %s: %r ... %r, as %s", fmt.name, fmt.start, fmt.end,
+                 "ids" if fmt.end_id is not None else "text")
+    return fmt
 
 
 async def load_models(settings: Settings, tokenizers: TokenizerRegistry) -> list[ServedModel]:

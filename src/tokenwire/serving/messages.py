@@ -238,6 +238,8 @@ def render_messages(messages: Sequence[ChatMessage], space: TokenSpace,
         ids = _content_ids(m, space, ended[i] is not None) \
             if text is None and (m.content is not None or m.token_ids is not None) else []
         extra = _extras(m, template)
+        if m.reasoning is not None and m.token_ids is None:  # ids: the message as sampled
+            extra["reasoning_content"] = template.client_text(m.reasoning)
         if m.tool_calls and m.token_ids is None:
             if native:
                 extra["tool_calls"] = template.client_text(

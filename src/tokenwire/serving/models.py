@@ -9,6 +9,7 @@ from ..engines.base import Engine
 from ..errors import InvalidRequestError, ModelNotFoundError
 from ..tokenizers.base import Tokenizer
 from ..tokenizers.registry import TokenizerEntry
+from .reasoning import ReasoningFormat
 from .template import ChatTemplate
 from .toolformat import template_version
 
@@ -22,6 +23,9 @@ class ServedModel:
     tokenizer_entry: TokenizerEntry
     template: ChatTemplate | None
     created: int = field(default_factory=lambda: int(time.time()))
+    reasoning: ReasoningFormat | None = None
+    """How the model writes its reasoning (from its template or `reasoning_parser`): its
+    chat output is split into reasoning and content (serving/reasoning.py)."""
 
     @property
     def tokenizer(self) -> Tokenizer:

@@ -18,19 +18,25 @@ reasoning (`<think>\\n`, as Qwen 3.5's and DeepSeek-R1's do) has the model start
 which `starts_inside` finds from the prompt ids. vLLM's parsers name these formats
 `deepseek_r1` and `qwen3` (its `vllm/reasoning/basic_parsers.py` is the same split on text).
 
-Not wired into the API assemblers yet (issue 37): this is the one place that will do the split
-for every API's stream.
+`ReasoningStream` puts the split after the output decoder (stop strings match the whole output,
+reasoning included, as vLLM's do) and gives each part the text of its own ids:
+serving/generation.py runs one per choice, so every API's stream is split in one place.
 """
 
 from __future__ import annotations
 
+import codecs
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from ..engines.base import TokenEvent
 from ..tokenizers.base import Tokenizer
+from .output import Delta
 
-__all__ = ["Part", "ReasoningFormat", "ReasoningSplitter", "reasoning_format"]
+__all__ = ["PARSERS", "Part", "ReasoningFormat", "ReasoningSplitter", "ReasoningStream",
+           "reasoning_format"]
 
 Part = Literal["reasoning", "content", "marker"]
 
@@ -62,6 +68,9 @@ class ReasoningFormat:
 #: template text -> (vLLM's parser name, start marker, end marker), the first that matches
 _FORMATS = [("deepseek_r1", "<｜Assistant｜>", "<think>", "</think>"),
             ("qwen3", "<think>", "<think>", "</think>")]
+
+PARSERS = tuple(name for name, *_ in _FORMATS)
+"""The reasoning parsers there are (vLLM's names)."""
 
 
 def reasoning_format(template: str | None, tokenizer: Tokenizer,
@@ -183,3 +192,40 @@ def _merged(runs: list[tuple[Part, list[int]]]) -> list[tuple[Part, list[int]]]:
         elif ids:
             out.append((part, list(ids)))
     return out
+
+
+class ReasoningStream:
+    """One choice's deltas (the output decoder's, in order) as (part, delta) runs: the split of
+    `ReasoningSplitter`, each part's text decoded from its own ids (a marker shows none), each
+    id with its event. `text`: False where nobody reads text (ids only)."""
+
+    def __init__(self, tokenizer: Tokenizer, fmt: ReasoningFormat, *, inside: bool,
+                 skip: frozenset[int] = frozenset(), text: bool = True):
+        self.splitter = ReasoningSplitter(tokenizer, fmt, inside=inside)
+        self._tok = tokenizer
+        self._skip = skip
+        self._text = text
+        self._utf8 = {part: codecs.getincrementaldecoder("utf-8")(errors="replace")
+                      for part in ("reasoning", "content")}
+        self._events: deque[TokenEvent] = deque()  # of ids the splitter still holds
+
+    def push(self, delta: Delta, *, last: bool = False) -> list[tuple[Part, Delta]]:
+        """`last`: nothing follows (what is held is released, half characters replaced)."""
+        self._events.extend(delta.events)
+        runs = self.splitter.push(delta.ids)
+        if last:
+            runs = _merged(runs + self.splitter.finish())
+        out = [(part, self._delta(part, ids)) for part, ids in runs]
+        if last:
+            for part, utf8 in self._utf8.items():
+                rest = utf8.decode(b"", final=True)
+                if rest:
+                    out.append((part, Delta(text=rest)))  # type: ignore[arg-type]
+        return out
+
+    def _delta(self, part: Part, ids: list[int]) -> Delta:
+        events = [self._events.popleft() for _ in range(min(len(ids), len(self._events)))]
+        if part == "marker" or not self._text:
+            return Delta(ids, "", events)
+        data = b"".join(b"" if i in self._skip else self._tok.token_bytes(i) for i in ids)
+        return Delta(ids, self._utf8[part].decode(data), events)

@@ -41,9 +41,12 @@ from ...protocol.anthropic import (
     MessageStartEvent,
     MessageStopEvent,
     PingEvent,
+    SignatureDelta,
     StopReason,
     TextContent,
     TextDelta,
+    ThinkingContent,
+    ThinkingDelta,
     ToolUseContent,
 )
 from ...protocol.common import ResponseWarning, Usage
@@ -52,6 +55,8 @@ from ...protocol.responses import (
     OutputFunctionCall,
     OutputItemEvent,
     OutputMessage,
+    OutputReasoning,
+    ReasoningDeltaEvent,
     Response,
     ResponseEvent,
     TextDeltaEvent,
@@ -137,10 +142,20 @@ class _Blocks:
         if isinstance(ev, OutputItemEvent):
             i, item = ev.output_index, ev.item
             if ev.type == "response.output_item.done":
-                return [ContentBlockStopEvent(index=i)]
-            block: ContentBlock = TextContent(text="") if isinstance(item, OutputMessage) \
-                else ToolUseContent(id=item.call_id, name=item.name, input={})
+                signed: list[MessageEvent] = [ContentBlockDeltaEvent(index=i, delta=SignatureDelta(
+                    signature=_signature(item)))] if isinstance(item, OutputReasoning) else []
+                return [*signed, ContentBlockStopEvent(index=i)]
+            block: ContentBlock
+            if isinstance(item, OutputMessage):
+                block = TextContent(text="")
+            elif isinstance(item, OutputReasoning):
+                block = ThinkingContent(thinking="", signature="")
+            else:
+                block = ToolUseContent(id=item.call_id, name=item.name, input={})
             return [ContentBlockStartEvent(index=i, content_block=block)]
+        if isinstance(ev, ReasoningDeltaEvent):
+            return [ContentBlockDeltaEvent(index=ev.output_index, delta=ThinkingDelta(
+                thinking=ev.delta, token_ids=ev.token_ids))]
         if isinstance(ev, TextDeltaEvent):
             return [ContentBlockDeltaEvent(index=ev.output_index, delta=TextDelta(
                 text=ev.delta, token_ids=ev.token_ids))]
@@ -158,6 +173,10 @@ class _Blocks:
                 warnings += [warning] if warning is not None else []
                 m.content.append(ToolUseContent(id=item.call_id, name=item.name, input=value,
                                                 token_ids=item.token_ids))
+            elif isinstance(item, OutputReasoning):
+                m.content.append(ThinkingContent(thinking=item.content[0].text,
+                                                 signature=_signature(item),
+                                                 token_ids=item.token_ids))
             else:
                 assert isinstance(item, OutputMessage)
                 m.content.append(TextContent(text=item.content[0].text,
@@ -179,7 +198,12 @@ class _Blocks:
             weight_versions=m.weight_versions, warnings=warnings or None), MessageStopEvent()]
 
     def usage(self, u: ChoiceUpdate) -> Usage:
-        return Usage.of(len(self._plan.prompt), u.n_sampled, u.cached_tokens)
+        return self.asm.usage(u)
+
+
+def _signature(item: OutputReasoning) -> str:
+    """A thinking block's `signature`: opaque, as vLLM's (a random hex), here the item's."""
+    return item.id.removeprefix("rs_")
 
 
 def _stop_reason(u: ChoiceUpdate, calls: bool, *, complete: bool,
