@@ -207,3 +207,31 @@ async def test_messages_api_has_a_thinking_block_with_its_ids(
     signatures = [d["signature"] for d in deltas if d["type"] == "signature_delta"]
     assert len(signatures) == 1 and signatures[0]  # once, before the block stops
     assert sum((d.get("token_ids") or [] for d in deltas), []) == tok.encode(OUTPUT)
+
+
+def _contains(ids: list[int], run: list[int]) -> bool:
+    return any(ids[i:i + len(run)] == run for i in range(len(ids) - len(run) + 1))
+
+
+async def test_history_as_ids_keeps_its_reasoning_unless_asked_to_drop_it(
+        client: httpx.AsyncClient, gguf_info: TokenizerSource) -> None:
+    """The sampled turn goes back verbatim by default; `keep_reasoning: false` cuts the
+    markers, the reasoning and the newlines after it out, as ids (the answer's ids untouched),
+    and the render's mask marks exactly the ids kept as sampled."""
+    tok = gguf_info.tokenizer
+    sampled = tok.encode(OUTPUT) + [gguf_info.eos_id]
+    answer = tok.encode(ANSWER.lstrip("\n"))
+    assert _contains(sampled, answer)  # the answer's ids are a run of the sampled ids
+    msgs = [{"role": "user", "content": "2 + 2?"},
+            {"role": "assistant", "token_ids": sampled},
+            {"role": "user", "content": "And 3 + 3?"}]
+    base = {"model": MODEL, "messages": msgs, "tokenizer_version": tok.version}
+    kept = (await client.post("/v1/chat/completions/render", json=base)).json()
+    assert _contains(kept["token_ids"], sampled)
+    dropped = (await client.post("/v1/chat/completions/render",
+                                 json={**base, "keep_reasoning": False})).json()
+    ids, mask = dropped["token_ids"], dropped["sampled_mask"]
+    assert _contains(ids, answer + [gguf_info.eos_id])
+    assert not _contains(ids, tok.encode(REASONING))
+    assert [i for i, m in zip(ids, mask, strict=True) if m] == answer + [gguf_info.eos_id]
+    assert len(kept["token_ids"]) - len(ids) == len(sampled) - len(answer) - 1

@@ -201,6 +201,12 @@ class ChatCompletionRequest(VllmSamplingFields):
     echo: bool = False
     """With a last message from the assistant: the response's content starts with its text."""
     include_reasoning: bool = True
+    """vLLM's: false leaves the reasoning out of the response (where the model reasons)."""
+    keep_reasoning: bool = True
+    """Where the model reasons: false drops the reasoning from every assistant turn in the
+    history (sent as ids: its reasoning's ids and markers; as text: its `reasoning`), as
+    Qwen3's and DeepSeek-R1's templates drop earlier turns' reasoning; true (the default)
+    feeds ids as sampled (docs/api.md)."""
     add_special_tokens: bool | None = None
     documents: list[dict[str, str]] | None = None
     chat_template: str | None = None

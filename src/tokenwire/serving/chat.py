@@ -159,6 +159,23 @@ def _check_hidden_reasoning(req: ChatCompletionRequest) -> None:
                 code="invalid_value")
 
 
+def _drop_reasoning(req: ChatCompletionRequest, fmt: ReasoningFormat,
+                    space: TokenSpace) -> ChatCompletionRequest:
+    """`keep_reasoning: false`: each assistant turn without its reasoning (ids: cut out as
+    ids, `ReasoningFormat.strip`; text: its `reasoning` not given to the template)."""
+    if space.translate:
+        raise UnsupportedParameterError(
+            "keep_reasoning false cuts the reasoning out of the sent ids by the model's own "
+            "marker ids, which ids of another tokenizer version do not have",
+            param="keep_reasoning")
+    tok = space.model.tokenizer
+    messages = [m.model_copy(update={
+        "reasoning": None,
+        "token_ids": fmt.strip(tok, m.token_ids) if m.token_ids is not None else None})
+        if m.role == "assistant" else m for m in req.messages]
+    return req.model_copy(update={"messages": messages})
+
+
 def _check_translatable(req: ChatCompletionRequest, constraints: Constraints) -> None:
     """What names the model's own ids (or needs them untouched) cannot be combined with
     `tokenizer_fallback: "translate"`, where the client's ids are another tokenizer's."""
@@ -243,6 +260,8 @@ class ChatService(GenerationService):
         warnings = self._guard.check_conversation(req.messages, req.tools or [], space,
                                                   caller.api_key)
         template = model.chat_template()
+        if not req.keep_reasoning and model.reasoning is not None:
+            req = _drop_reasoning(req, model.reasoning, space)
         how: dict[str, Any] = dict(
             tools=req.tools or [],
             variables=template_variables(req.chat_template_kwargs, template),

@@ -64,6 +64,30 @@ class ReasoningFormat:
         tail = tokenizer.decode(prompt[-64:])
         return tail.rfind(self.start) > tail.rfind(self.end)
 
+    def strip(self, tokenizer: Tokenizer, ids: Sequence[int]) -> list[int]:
+        """A sampled turn's ids without its reasoning: the markers, what lies between them,
+        and the newline-only ids right after the end marker (what `content.split('</think>')
+        [-1].lstrip('\\n')` leaves of the text, as Qwen3's and DeepSeek-R1's templates drop
+        it, done on ids: nothing is encoded again)."""
+        # a turn whose prompt opened the reasoning (R1's, Qwen 3.5's) starts inside it
+        text = tokenizer.decode(ids)
+        end, start = text.find(self.end), text.find(self.start)
+        split = ReasoningSplitter(tokenizer, self, inside=end >= 0 and not 0 <= start < end)
+        runs = split.push(ids) + split.finish()
+        out: list[int] = []
+        after_marker = False
+        for part, run in runs:
+            if part == "content":
+                if after_marker:
+                    k = 0
+                    while k < len(run) and tokenizer.token_bytes(run[k]).strip(b"\n") == b"" \
+                            and tokenizer.token_bytes(run[k]):
+                        k += 1
+                    run = run[k:]
+                out += run
+            after_marker = part == "marker"
+        return out
+
 
 #: template text -> (vLLM's parser name, start marker, end marker), the first that matches
 _FORMATS = [("deepseek_r1", "<｜Assistant｜>", "<think>", "</think>"),
