@@ -235,3 +235,18 @@ async def test_history_as_ids_keeps_its_reasoning_unless_asked_to_drop_it(
     assert not _contains(ids, tok.encode(REASONING))
     assert [i for i, m in zip(ids, mask, strict=True) if m] == answer + [gguf_info.eos_id]
     assert len(kept["token_ids"]) - len(ids) == len(sampled) - len(answer) - 1
+
+
+async def test_turning_reasoning_off_needs_a_template_switch(client: httpx.AsyncClient) -> None:
+    """`reasoning_effort: "none"` (and its Messages and Responses spellings) is the template's
+    `enable_thinking: false`; SmolLM2's template has none, so each is refused by its own name
+    (the real switch runs on the thinking model, tests/e2e/test_reasoning_model.py)."""
+    r = await client.post("/v1/chat/completions", json=body(reasoning_effort="none"))
+    assert (r.status_code, r.json()["error"]["param"]) == (400, "reasoning_effort")
+    r = await client.post("/v1/messages", json={
+        "model": MODEL, "max_tokens": 10, "thinking": {"type": "disabled"},
+        "messages": [{"role": "user", "content": "hi"}]})
+    assert (r.status_code, r.json()["error"]["details"]["param"]) == (400, "thinking")
+    r = await client.post("/v1/responses", json={
+        "model": MODEL, "input": "hi", "reasoning": {"effort": "none"}})
+    assert (r.status_code, r.json()["error"]["param"]) == (400, "reasoning.effort")

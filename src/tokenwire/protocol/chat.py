@@ -246,7 +246,7 @@ class ChatCompletionRequest(VllmSamplingFields):
         "modalities": (None, ["text"]),
         "audio": (None,),
         "prediction": (None,),
-        "reasoning_effort": (None,),
+        "reasoning_effort": (None, "none"),  # "none": serving/chat.py `_thinking_switch`
         "web_search_options": (None,),
     }
 

@@ -54,7 +54,7 @@ from .messages import (
     render_messages,
     template_variables,
 )
-from .models import ModelRegistry
+from .models import ModelRegistry, ServedModel
 from .output import Delta
 from .plan import (
     ANONYMOUS,
@@ -75,6 +75,7 @@ from .sampling import (
 )
 from .stored import StoredCompletions
 from .structured import Constraints, resolve_constraints
+from .template import ChatTemplate
 from .tokens import IdSpan, TokenSpace, check_id_range
 from .toolformat import HERMES
 from .toolparser import CallPiece, ParsedDelta, ToolCallParser
@@ -157,6 +158,21 @@ def _check_hidden_reasoning(req: ChatCompletionRequest) -> None:
                 f"include_reasoning false hides the model's reasoning, which {param} would "
                 "show (every sampled id, the reasoning's included)", param="include_reasoning",
                 code="invalid_value")
+
+
+def _thinking_switch(req: ChatCompletionRequest, model: ServedModel,
+                     template: ChatTemplate) -> dict[str, Any] | None:
+    """The template variables, with `reasoning_effort: "none"` (Messages' `thinking: disabled`,
+    Responses' `reasoning.effort: "none"`) as `enable_thinking: false`, as vLLM maps it, where
+    the model reasons; a template with no such switch cannot honour it."""
+    kwargs = req.chat_template_kwargs
+    if req.reasoning_effort != "none" or model.reasoning is None:
+        return kwargs
+    if "enable_thinking" not in template.source:
+        raise UnsupportedParameterError(
+            f"model {model.id!r} reasons, and its chat template has no switch to turn that off "
+            "(`enable_thinking`)", param="reasoning_effort")
+    return {"enable_thinking": False, **(kwargs or {})}
 
 
 def _drop_reasoning(req: ChatCompletionRequest, fmt: ReasoningFormat,
@@ -264,7 +280,7 @@ class ChatService(GenerationService):
             req = _drop_reasoning(req, model.reasoning, space)
         how: dict[str, Any] = dict(
             tools=req.tools or [],
-            variables=template_variables(req.chat_template_kwargs, template),
+            variables=template_variables(_thinking_switch(req, model, template), template),
             control_ids=self._settings.allow_special_token_ids
             or self._settings.raw_prompts_allowed(caller.api_key))
         conv = render_messages(req.messages, space, template,

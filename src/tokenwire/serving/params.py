@@ -39,7 +39,8 @@ class ParamMap:
         (r"messages", "input"), (r"tools\[(\d+)\]\.function", r"tools[\1]"),
         (r"max_completion_tokens", "max_output_tokens"),
         (r"response_format\.json_schema\.schema", "text.format.schema"),
-        (r"response_format", "text.format"), (r"logprobs", "include"))
+        (r"response_format", "text.format"), (r"logprobs", "include"),
+        (r"reasoning_effort", "reasoning.effort"))
     """Chat's other params, as patterns matched at the start up to a `.` or `[`, and their
     names here (the first that matches)."""
 

@@ -58,6 +58,7 @@ _TOP = (
     (r"parallel_tool_calls", "tool_choice.disable_parallel_tool_use"),
     (r"response_format\.json_schema\.schema", "output_config.format.schema"),
     (r"response_format", "output_config.format"), (r"user", "metadata.user_id"),
+    (r"reasoning_effort", "thinking"),
 )
 _CHOICE: dict[str, ToolChoice] = {"auto": "auto", "any": "required", "none": "none"}
 _CALL = ((".function.arguments", ".input"), (".function.name", ".name"), (".function", ""),
@@ -288,5 +289,6 @@ def to_chat_request(req: MessagesRequest) -> tuple[ChatCompletionRequest, ParamM
             name="output", schema=fmt.schema_)) if fmt is not None else None,  # type: ignore[call-arg]
         user=req.metadata.user_id if req.metadata is not None else None,
         add_generation_prompt=not prefill, continue_final_message=prefill,
+        reasoning_effort="none" if req.thinking == {"type": "disabled"} else None,
     )
     return chat, pm, errors

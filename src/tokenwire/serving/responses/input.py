@@ -233,5 +233,6 @@ def to_chat_request(req: ResponsesRequest) -> tuple[ChatCompletionRequest, Param
         tools=_tools(req), tool_choice=_tool_choice(req),
         parallel_tool_calls=req.parallel_tool_calls is not False,
         response_format=_response_format(req),
+        reasoning_effort="none" if (req.reasoning or {}).get("effort") == "none" else None,
     )
     return chat, pm
