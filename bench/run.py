@@ -3,7 +3,8 @@ each printing its own table. Arguments after a name go to that benchmark.
 
     .venv/bin/python bench/run.py [NAME [ARGS ...] ...]   # compare canonical gateway affinity
                                                           # load prefix_cache translate
-                                                          # structured conversation vocab;
+                                                          # structured conversation vocab
+                                                          # reasoning;
                                                           # `all`: every one
     .venv/bin/python bench/run.py compare --quick load --good 24
 """
@@ -17,10 +18,10 @@ from pathlib import Path
 HERE = Path(__file__).parent
 MAIN = "compare"
 BENCHES = [MAIN, "canonical", "gateway", "gateways", "affinity", "load", "prefix_cache", "recovery",
-           "translate", "deterministic", "structured", "conversation", "vocab"]
+           "translate", "deterministic", "structured", "conversation", "vocab", "reasoning"]
 # `all`: the ones that start their own servers (prefix_cache needs one running: `make serve`)
 ALL = [MAIN, "canonical", "gateway", "gateways", "affinity", "load", "recovery", "translate",
-       "structured", "conversation", "vocab"]
+       "structured", "conversation", "vocab", "reasoning"]
 
 
 def parse(argv: list[str]) -> list[tuple[str, list[str]]]:

@@ -283,10 +283,10 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--upstream-model", help="model name to send upstream (default: its own)")
     s.add_argument("--model", action="append", metavar="SOURCE[,KEY=VALUE...]",
                    help="a GGUF file or a shipped model's short name (smollm2-135m, the "
-                   "default), then its own settings: name, max_model_len, n_parallel, "
-                   "n_batch, n_threads, max_queued, prefix_cache, chat_template, reasoning_parser; "
-                   "repeat for "
-                   "several models (docs/deploy.md)")
+                   "default; gemma3-270m; smollm2-think, a small model that reasons, made by "
+                   "`make think-model`), then its own settings: name, max_model_len, "
+                   "n_parallel, n_batch, n_threads, max_queued, prefix_cache, chat_template, "
+                   "reasoning_parser; repeat for several models (docs/deploy.md)")
     s.add_argument("--models-file", type=Path, help="a TOML file of [[model]] tables")
     s.add_argument("--reasoning-parser", help="how the model's reasoning is split from its "
                    "answer: auto (from the chat template, the default), none, qwen3, "

@@ -56,6 +56,24 @@ SHIPPED_MODELS: dict[str, ShippedModel] = {
 }
 DEFAULT_MODEL = "smollm2-135m"
 
+THINK_MODEL = "smollm2-think"
+"""A small model that reasons, made from SmolLM2 at set-up (scripts/make-thinking-model.py:
+`<think>`/`</think>` added as control tokens, Qwen3's template, fine-tuned on reasoning and
+tool-call traces), cached outside the clone; `TOKENWIRE_THINK_MODEL` names its GGUF."""
+
+
+def think_model_path() -> Path:
+    """The thinking model's GGUF: `TOKENWIRE_THINK_MODEL`, else the newest one made."""
+    named = os.environ.get("TOKENWIRE_THINK_MODEL")
+    if named:
+        return Path(named)
+    made = sorted(Path.home().glob(".cache/tokenwire/smollm2-think-*/model.gguf"),
+                  key=lambda p: p.stat().st_mtime)
+    if not made:
+        raise ModelSourceError(f"the model {THINK_MODEL!r} is made at set-up: `make "
+                               "think-model` (scripts/make-thinking-model.py)")
+    return made[-1]
+
 
 def shipped_model_path(name: str) -> Path:
     shipped = SHIPPED_MODELS[name]
@@ -75,10 +93,12 @@ def model_file(source: str) -> Path:
     """A `--model` value as a GGUF path: a shipped model's short name, or a path."""
     if source in SHIPPED_MODELS:
         return shipped_model_path(source)
+    if source == THINK_MODEL:
+        return think_model_path()
     path = Path(source).expanduser()
     if not path.exists() and path.suffix.lower() != ".gguf" and len(path.parts) == 1:
         raise ModelSourceError(f"model {source!r} is neither a file nor a shipped model "
-                               f"({', '.join(SHIPPED_MODELS)})")
+                               f"({', '.join([*SHIPPED_MODELS, THINK_MODEL])})")
     return path
 
 

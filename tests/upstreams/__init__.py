@@ -111,12 +111,13 @@ def llama_server_binary() -> Path:
 
 
 def llama_server(tmp: Path, *, port: int | None = None, slots: int = 4,
-                 ctx_per_slot: int = 8192) -> Upstream:
-    """llama.cpp's own server on the same GGUF, with the embedded engine's numerics: llama.cpp's
-    default flash-attention mode (auto) and the same thread count (all cores)."""
+                 ctx_per_slot: int = 8192, model: Path | None = None) -> Upstream:
+    """llama.cpp's own server on the same GGUF (or `model`), with the embedded engine's
+    numerics: llama.cpp's default flash-attention mode (auto) and the same thread count (all
+    cores)."""
     port = port or free_port()
     return Upstream(
-        "llama-server", [str(llama_server_binary()), "-m", str(default_model_path()),
+        "llama-server", [str(llama_server_binary()), "-m", str(model or default_model_path()),
                          "--host", "127.0.0.1", "--port", str(port), "-np", str(slots),
                          "-c", str(slots * ctx_per_slot), "-t", str(os.cpu_count() or 1)],
         port, tmp / f"llama-server-{port}.log").start()
