@@ -199,7 +199,8 @@ lint: $(DEV_INSTALLED)
 # (bench/gateways.py also needs vLLM and the Rust gateways: installed when it is asked for)
 GATEWAYS_DEPS := $(if $(filter gateways all,$(BENCH)),$(ROUTERS_INSTALLED) $(VLLM_DEPS) \
                  $(HF_MODEL_DIR)/config.json)
-bench: $(BENCH_INSTALLED) $(TOKENWIRE_LLAMA_SERVER) $(LLAMA_MODELS_DIR)/.fetched $(GATEWAYS_DEPS)
+bench: $(BENCH_INSTALLED) $(TOKENWIRE_LLAMA_SERVER) $(LLAMA_MODELS_DIR)/.fetched $(GATEWAYS_DEPS) \
+       $(TOKENWIRE_THINK_MODEL)
 	$(BIN)/python bench/run.py $(BENCH)
 
 clean:

@@ -127,7 +127,8 @@ def main() -> int:
         for s in servers:
             s.stop()
     keys = list(raw["tokenwire"][0])
-    print("\n| metric | tokenwire | llama-server | ratio (median, range) |\n| --- | --- | --- | --- |")
+    print("\n| metric | tokenwire | llama-server | ratio (median, range) |")
+    print("| --- | --- | --- | --- |")
     for k in keys:
         tw = [r[k] for r in raw["tokenwire"]]
         ls = [r[k] for r in raw["llama-server"]]
