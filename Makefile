@@ -149,10 +149,12 @@ $(HF_MODEL_DIR)/config.json: $(DEV_INSTALLED)
 	$(BIN)/python scripts/hf-model-from-gguf.py "$$(cat $(HF_MODEL_DIR).gguf-path)" \
 	    $(HF_MODEL_DIR) $(HF_MODEL_DIR).tokenizer.json
 
-# the rl extra's torch, transformers and gguf (in $(VENV), as above); llama-cpp-python checks it
+# the rl extra's torch, transformers and gguf (in $(VENV), as above); llama-cpp-python checks it.
+# Order-only: its folder is named by the recipe, and a fresh clone remakes the inputs' stamps
+# (not their content), which must not retrain it (5 min)
 think-model: $(TOKENWIRE_THINK_MODEL)
 
-$(TOKENWIRE_THINK_MODEL): $(HF_MODEL_DIR)/config.json $(LLAMA_MODELS_DIR)/.fetched
+$(TOKENWIRE_THINK_MODEL): | $(DEV_INSTALLED) $(HF_MODEL_DIR)/config.json $(LLAMA_MODELS_DIR)/.fetched
 	$(BIN)/python scripts/make-thinking-model.py $@
 
 $(POSTGRES_INSTALLED): | $(BIN)/python
