@@ -250,3 +250,14 @@ async def test_turning_reasoning_off_needs_a_template_switch(client: httpx.Async
     r = await client.post("/v1/responses", json={
         "model": MODEL, "input": "hi", "reasoning": {"effort": "none"}})
     assert (r.status_code, r.json()["error"]["param"]) == (400, "reasoning.effort")
+
+
+async def test_history_reasoning_is_client_text(client: httpx.AsyncClient) -> None:
+    """A template prints history's `reasoning`: characters tokenwire marks text with are
+    refused there as in every other field a template prints."""
+    msgs = [{"role": "user", "content": "2 + 2?"},
+            {"role": "assistant", "content": "4", "reasoning": "a\ue000tw0\ue001b"},
+            {"role": "user", "content": "3 + 3?"}]
+    r = await client.post("/v1/chat/completions", json={"model": MODEL, "messages": msgs})
+    assert r.status_code == 400
+    assert r.json()["error"]["param"].startswith("messages[1].reasoning")

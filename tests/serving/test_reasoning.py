@@ -107,3 +107,24 @@ def test_outside_a_start_marker_opens_the_reasoning(qwen: TokenizerSource) -> No
 
 def test_no_markers_no_format(tok: HFTokenizer, gguf_info: TokenizerSource) -> None:
     assert reasoning_format(gguf_info.chat_template, tok) is None
+
+
+def test_a_character_cut_short_ends_with_its_part(tok: HFTokenizer) -> None:
+    """Reasoning that ends inside a UTF-8 character (its last bytes never sampled) gets U+FFFD
+    where the reasoning ends, before the marker: never after the answer (SmolLM2's byte ids)."""
+    from tokenwire.engines.base import TokenEvent
+    from tokenwire.serving.output import Delta
+    from tokenwire.serving.reasoning import ReasoningStream
+
+    byte = {tok.token_bytes(i): i for i in range(tok.vocab_size) if len(tok.token_bytes(i)) == 1}
+    fmt = reasoning_format(None, tok, "deepseek_r1")
+    assert fmt is not None and fmt.end_id is None  # text markers
+    ids = tok.encode("hmm ") + [byte[b"\xe3"], byte[b"\x80"]] + tok.encode("</think>ok")
+    stream = ReasoningStream(tok, fmt, inside=True)
+    pieces = [p for i in ids for p in stream.push(Delta([i], "", [TokenEvent(i)]))]
+    pieces += stream.push(Delta(), last=True)
+    parts = [part for part, _ in pieces]
+    assert parts[-1] == "content" and "reasoning" not in parts[parts.index("marker"):]
+    assert "".join(d.text for p, d in pieces if p == "reasoning") == "hmm \ufffd"
+    assert "".join(d.text for p, d in pieces if p == "content") == "ok"
+    assert [i for _, d in pieces for i in d.ids] == ids

@@ -203,7 +203,8 @@ async def _updates(index: int, stream: EventStream, decoder: OutputDecoder,
                 if check is not None and delta.text:
                     text += delta.text
                     if check(text) is not None:  # withhold the delta that completed it
-                        yield ChoiceUpdate(index, Delta(), "content_filter", None, n_sampled)
+                        yield ChoiceUpdate(index, Delta(), "content_filter", None, n_sampled,
+                                           reasoning_tokens=_reasoning_tokens(split))
                         return
                 if decoder.stop_string is not None:
                     before, last = _last_content(_pieces(split, delta, last=True))

@@ -319,11 +319,12 @@ def _extras(m: ChatMessage, template: ChatTemplate) -> dict[str, Any]:
 
 def check_tools(tools: Sequence[Tool], messages: Sequence[ChatMessage]) -> None:
     """What a template may print beside contents: the tools, and each message's `name`,
-    `tool_call_id` and calls (parsed arguments are checked again when rendered)."""
+    `tool_call_id`, `reasoning` and calls (parsed arguments are checked again when
+    rendered)."""
     for i, t in enumerate(tools):
         _check_client_text(t.model_dump(exclude_none=True), f"tools[{i}]")
     for i, m in enumerate(messages):
-        for key in ("name", "tool_call_id"):
+        for key in ("name", "tool_call_id", "reasoning"):
             if getattr(m, key) is not None:
                 _check_client_text(getattr(m, key), f"messages[{i}].{key}")
         for j, c in enumerate(m.tool_calls or []):
@@ -352,11 +353,14 @@ def message_texts(messages: Sequence[ChatMessage], space: TokenSpace) -> list[st
 
 
 def tool_texts(tools: Sequence[Tool], messages: Sequence[ChatMessage]) -> list[tuple[str, str]]:
-    """What the content policy reads beside the contents: the tool definitions and the
-    arguments of the calls in history (tool results are the tool messages' content)."""
+    """What the content policy reads beside the contents: the tool definitions, the
+    arguments of the calls in history (tool results are the tool messages' content) and the
+    reasoning of assistant history sent as text."""
     out = [(f"tools[{i}]", json.dumps(t.model_dump(exclude_none=True), ensure_ascii=False))
            for i, t in enumerate(tools)]
     for i, m in enumerate(messages):
+        if m.reasoning is not None:
+            out.append((f"messages[{i}].reasoning", m.reasoning))
         for j, c in enumerate(m.tool_calls or []):
             out.append((f"messages[{i}].tool_calls[{j}].function.arguments",
                         c.function.arguments))

@@ -68,7 +68,8 @@ class ReasoningFormat:
         """A sampled turn's ids without its reasoning: the markers, what lies between them,
         and the newline-only ids right after the end marker (what `content.split('</think>')
         [-1].lstrip('\\n')` leaves of the text, as Qwen3's and DeepSeek-R1's templates drop
-        it, done on ids: nothing is encoded again)."""
+        it, done on ids: nothing is encoded again; a newline merged into the answer's first
+        id stays)."""
         # a turn whose prompt opened the reasoning (R1's, Qwen 3.5's) starts inside it
         text = tokenizer.decode(ids)
         end, start = text.find(self.end), text.find(self.start)
@@ -229,9 +230,11 @@ class ReasoningStream:
         self._tok = tokenizer
         self._skip = skip
         self._text = text
-        self._utf8 = {part: codecs.getincrementaldecoder("utf-8")(errors="replace")
-                      for part in ("reasoning", "content")}
+        self._utf8: dict[Part, codecs.IncrementalDecoder] = {
+            part: codecs.getincrementaldecoder("utf-8")(errors="replace")
+            for part in ("reasoning", "content")}
         self._events: deque[TokenEvent] = deque()  # of ids the splitter still holds
+        self._part: Part | None = None  # the text part the last ids went to
 
     def push(self, delta: Delta, *, last: bool = False) -> list[tuple[Part, Delta]]:
         """`last`: nothing follows (what is held is released, half characters replaced)."""
@@ -239,13 +242,27 @@ class ReasoningStream:
         runs = self.splitter.push(delta.ids)
         if last:
             runs = _merged(runs + self.splitter.finish())
-        out = [(part, self._delta(part, ids)) for part, ids in runs]
+        out: list[tuple[Part, Delta]] = []
+        for part, ids in runs:
+            if part == "marker":
+                self._flush(out)  # the part it ends lets go of a character cut short
+            else:
+                self._part = part
+            out.append((part, self._delta(part, ids)))
         if last:
-            for part, utf8 in self._utf8.items():
-                rest = utf8.decode(b"", final=True)
-                if rest:
-                    out.append((part, Delta(text=rest)))  # type: ignore[arg-type]
+            self._flush(out)
         return out
+
+    def _flush(self, out: list[tuple[Part, Delta]]) -> None:
+        """The bytes of an incomplete character the current part still holds, as U+FFFD at its
+        end (in order: before the marker that ends the part)."""
+        if self._part is None:
+            return
+        rest = self._utf8[self._part].decode(b"", final=True)
+        if rest and out and out[-1][0] == self._part:
+            out[-1][1].text += rest
+        elif rest:
+            out.append((self._part, Delta(text=rest)))
 
     def _delta(self, part: Part, ids: list[int]) -> Delta:
         events = [self._events.popleft() for _ in range(min(len(ids), len(self._events)))]

@@ -209,10 +209,12 @@ class ChatTemplate:
         """The prompt ids of a conversation, ready for the engine; `tools`: `client_text`
         definitions, for a template that `renders_tools`; `variables`: a request's
         `chat_template_kwargs` (`client_text`, none of `RESERVED_VARIABLES`)."""
-        # an empty content is "" to the template, as it is to Hugging Face's rendering (a
-        # marker would be a truthy content: Qwen3's writes a newline before a call after one)
+        # an empty content beside calls the template prints is "", as it is to Hugging Face's
+        # rendering (a marker would be a truthy content: Qwen3's writes a newline before a
+        # call after one); elsewhere an empty content keeps its marker, so its (empty) span
         marked: list[dict[str, Any]] = [
-            {**m.extra, "role": m.role, "content": _MARK.format(i) if m.ids or m.text else ""}
+            {**m.extra, "role": m.role, "content": "" if not (m.ids or m.text)
+             and "tool_calls" in m.extra else _MARK.format(i)}
             for i, m in enumerate(messages)
         ]
         extra = {"tools": tools} if tools else {}
