@@ -201,6 +201,12 @@ def test_thinking_switched_off_by_the_template(client: openai.OpenAI, model: str
         temperature=0, max_tokens=30, extra_body={"return_token_ids": True})
     off_prompt, on_prompt = extra(r)["prompt_token_ids"], extra(on)["prompt_token_ids"]
     assert off_prompt[:len(on_prompt)] == on_prompt and len(off_prompt) > len(on_prompt)
+    with pytest.raises(openai.BadRequestError) as both:
+        client.chat.completions.create(
+            model=model, messages=[{"role": "user", "content": "What is 12 + 7?"}],
+            max_tokens=5, reasoning_effort="none",  # type: ignore[arg-type]
+            extra_body={"chat_template_kwargs": {"enable_thinking": True}})
+    assert both.value.body["param"] == "reasoning_effort"  # type: ignore[index]
 
 
 def test_responses_api_reasoning_item_then_call(client: openai.OpenAI, model: str) -> None:

@@ -172,7 +172,11 @@ def _thinking_switch(req: ChatCompletionRequest, model: ServedModel,
         raise UnsupportedParameterError(
             f"model {model.id!r} reasons, and its chat template has no switch to turn that off "
             "(`enable_thinking`)", param="reasoning_effort")
-    return {"enable_thinking": False, **(kwargs or {})}
+    if (kwargs or {}).get("enable_thinking", False) is not False:
+        raise InvalidRequestError(
+            "reasoning_effort 'none' turns thinking off, which chat_template_kwargs."
+            "enable_thinking turns on", param="reasoning_effort", code="invalid_value")
+    return {**(kwargs or {}), "enable_thinking": False}
 
 
 def _drop_reasoning(req: ChatCompletionRequest, fmt: ReasoningFormat,
