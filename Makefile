@@ -174,10 +174,11 @@ serve: install
 
 # everything: the suite on the embedded engine, then the end-to-end suite again through a
 # gateway in front of a second tokenwire process, in front of llama-server and in front of real
-# vLLM (the tests that start their own servers run once: the gateway's, the engine process's)
+# vLLM (the tests that start their own servers run once: the gateway's, the engine process's,
+# the thinking model's)
 GATEWAY_RUN := --ignore=tests/e2e/test_gateway.py --ignore=tests/e2e/test_vllm.py \
                --ignore=tests/e2e/test_workers.py --ignore=tests/e2e/test_engine_process.py \
-               --ignore=tests/e2e/test_cpu_variants.py
+               --ignore=tests/e2e/test_cpu_variants.py --ignore=tests/e2e/test_reasoning_model.py
 # every shipped model is there: a test that needs one fails rather than skips
 test test-quick: export TOKENWIRE_TEST_REQUIRE_MODELS := 1
 test: $(DEV_INSTALLED) $(TOKENWIRE_LLAMA_SERVER) $(CLIENTS_INSTALLED) $(STRANDS_INSTALLED) \

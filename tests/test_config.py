@@ -215,4 +215,4 @@ def test_cli_serve_takes_several_models(capsys: pytest.CaptureFixture[str]) -> N
     assert main(["serve", "--model", "nothing-1m", "--port", "1"]) == 1
     err = capsys.readouterr().err
     assert err == "tokenwire serve: not starting: model 'nothing-1m' is neither a file nor a " \
-        "shipped model (smollm2-135m, gemma3-270m)\n", err
+        "shipped model (smollm2-135m, gemma3-270m, smollm2-think)\n", err
