@@ -36,19 +36,22 @@ class Stream:
     """One streamed chat completion, timed from the moment the request was sent."""
 
     tokens: int = 0
-    ttft: float | None = None  # first chunk with text
+    ttft: float | None = None  # first chunk with text (the answer's or the reasoning's)
     last: float = 0.0  # last chunk with text
     elapsed: float = 0.0  # the whole request
     finish: str | None = None
     usage: dict[str, Any] = field(default_factory=dict)
     text: str = ""
+    reasoning: str = ""
+    """What a model that reasons wrote before its answer (`delta.reasoning`, tokenwire's and
+    vLLM's, or llama-server's `reasoning_content`)."""
 
 
 async def chat(http: httpx.AsyncClient, server: Server, messages: list[dict[str, str]],
                max_tokens: int) -> Stream:
     body = {"model": server.model, "messages": messages, "max_tokens": max_tokens,
             "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}
-    out, chunks, parts = Stream(), 0, []
+    out, chunks, parts, thought = Stream(), 0, [], []
     request = http.build_request("POST", f"{server.url}/v1/chat/completions", json=body)
     t0 = time.perf_counter()
     try:
@@ -67,17 +70,21 @@ async def chat(http: httpx.AsyncClient, server: Server, messages: list[dict[str,
                 continue
             chunk = json.loads(line[6:])
             for choice in chunk.get("choices") or ():
-                if text := (choice.get("delta") or {}).get("content"):
+                delta = choice.get("delta") or {}
+                text = delta.get("content")
+                piece = delta.get("reasoning") or delta.get("reasoning_content")
+                if text or piece:
                     out.last = time.perf_counter() - t0
                     out.ttft = out.ttft if out.ttft is not None else out.last
                     chunks += 1
-                    parts.append(text)
+                    (parts if text else thought).append(text or piece)
                 out.finish = choice.get("finish_reason") or out.finish
             out.usage = chunk.get("usage") or out.usage
     finally:
         await r.aclose()
     out.elapsed = time.perf_counter() - t0
     out.text = "".join(parts)
+    out.reasoning = "".join(thought)
     out.tokens = int(out.usage.get("completion_tokens", chunks))
     return out
 

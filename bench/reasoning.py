@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import statistics
 import sys
@@ -32,6 +31,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent.parent))
 
 from bench._servers import Server, StartError, clean_env, free_port  # noqa: E402
+from bench._workloads import WorkloadError, chat  # noqa: E402
 from tokenwire.config import think_model_path  # noqa: E402
 from tokenwire.rl.lora import write_lora_gguf  # noqa: E402
 
@@ -54,29 +54,10 @@ def adapter(out: Path) -> Path:
 
 async def stream(http: httpx.AsyncClient, server: Server, question: str,
                  tokens: int) -> dict[str, Any]:
-    body = {"model": server.model, "messages": [{"role": "user", "content": question}],
-            "max_tokens": tokens, "temperature": 0, "stream": True,
-            "stream_options": {"include_usage": True}}
-    t0 = time.perf_counter()
-    ttft, usage, reasoned = None, {}, 0
-    async with http.stream("POST", f"{server.url}/v1/chat/completions", json=body) as r:
-        if r.status_code != 200:
-            raise RuntimeError(f"{server.name}: {r.status_code} {(await r.aread())[:300]!r}")
-        async for line in r.aiter_lines():
-            if not line.startswith("data: {"):
-                continue
-            chunk = json.loads(line[6:])
-            for c in chunk.get("choices") or ():
-                d = c.get("delta") or {}
-                piece = d.get("reasoning") or d.get("reasoning_content")
-                reasoned += bool(piece)
-                if (piece or d.get("content")) and ttft is None:
-                    ttft = time.perf_counter() - t0
-            usage = chunk.get("usage") or usage
-    elapsed = time.perf_counter() - t0
-    if not reasoned:
-        raise RuntimeError(f"{server.name}: no reasoning came back for {question!r}")
-    return {"tokens": usage["completion_tokens"], "elapsed": elapsed, "ttft": ttft}
+    s = await chat(http, server, [{"role": "user", "content": question}], tokens)
+    if not s.reasoning:
+        raise WorkloadError(f"{server.name}: no reasoning came back for {question!r}")
+    return {"tokens": s.tokens, "elapsed": s.elapsed, "ttft": s.ttft}
 
 
 async def round_of(server: Server, tokens: int) -> dict[str, float]:

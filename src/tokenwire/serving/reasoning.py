@@ -138,7 +138,7 @@ class ReasoningSplitter:
         out: list[tuple[Part, list[int]]] = []
         for i in ids:
             self._step(i, out)
-        return _merged(out)
+        return _joined(out)
 
     def finish(self) -> list[tuple[Part, list[int]]]:
         """The ids still held (a marker never completed: they are what they looked like)."""
@@ -209,7 +209,7 @@ class ReasoningSplitter:
             self._step(i, out)
 
 
-def _merged(runs: list[tuple[Part, list[int]]]) -> list[tuple[Part, list[int]]]:
+def _joined(runs: list[tuple[Part, list[int]]]) -> list[tuple[Part, list[int]]]:
     out: list[tuple[Part, list[int]]] = []
     for part, ids in runs:
         if out and out[-1][0] == part and part != "marker":
@@ -241,7 +241,7 @@ class ReasoningStream:
         self._events.extend(delta.events)
         runs = self.splitter.push(delta.ids)
         if last:
-            runs = _merged(runs + self.splitter.finish())
+            runs = _joined(runs + self.splitter.finish())
         out: list[tuple[Part, Delta]] = []
         for part, ids in runs:
             if part == "marker":
