@@ -41,7 +41,7 @@ def _serve(args: argparse.Namespace) -> int:
         "deterministic": args.deterministic, "logprobs_mode": args.logprobs_mode,
         "return_sampling_mask": args.return_sampling_mask, "workers": args.workers,
         "engine_process": args.engine_process, "cpu_variant": args.cpu_variant,
-        "reasoning_parser": args.reasoning_parser,
+        "reasoning_parser": args.reasoning_parser, "tool_call_parser": args.tool_call_parser,
     }.items() if v is not None}
     try:
         settings = Settings(**overrides)
@@ -286,11 +286,15 @@ def _parser() -> argparse.ArgumentParser:
                    "default; gemma3-270m; smollm2-think, a small model that reasons, made by "
                    "`make think-model`), then its own settings: name, max_model_len, "
                    "n_parallel, n_batch, n_threads, max_queued, prefix_cache, chat_template, "
-                   "reasoning_parser; repeat for several models (docs/deploy.md)")
+                   "reasoning_parser, tool_call_parser; repeat for several models "
+                   "(docs/deploy.md)")
     s.add_argument("--models-file", type=Path, help="a TOML file of [[model]] tables")
     s.add_argument("--reasoning-parser", help="how the model's reasoning is split from its "
                    "answer: auto (from the chat template, the default), none, qwen3, "
                    "deepseek_r1")
+    s.add_argument("--tool-call-parser", help="the format tool calls are written in: auto "
+                   "(from the chat template, the default), hermes, llama3_json, mistral, "
+                   "deepseek_v3, deepseek_v31")
     s.add_argument("--host")
     s.add_argument("--port", type=int)
     s.add_argument("--served-model-name")

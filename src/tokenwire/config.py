@@ -128,6 +128,7 @@ class ModelSpec(BaseModel):
     prefix_cache: bool | None = None
     chat_template: Path | None = None
     reasoning_parser: str | None = None
+    tool_call_parser: str | None = None
 
     @classmethod
     def parse(cls, text: str) -> ModelSpec:
@@ -148,7 +149,7 @@ def _spec_fields(text: str) -> dict[str, str]:
 
 #: the Settings a ModelSpec may override, with the names the two share
 _PER_MODEL = ("max_model_len", "n_parallel", "n_batch", "n_threads", "max_queued",
-              "prefix_cache", "chat_template", "reasoning_parser")
+              "prefix_cache", "chat_template", "reasoning_parser", "tool_call_parser")
 
 
 class Settings(BaseSettings):
@@ -356,6 +357,13 @@ class Settings(BaseSettings):
         "auto", description="How the model's reasoning is split from its answer (vLLM's "
         "`--reasoning-parser` names): `auto` finds the format in the chat template "
         "(`<think>` ... `</think>`), `none` never splits (docs/api.md)."
+    )
+    tool_call_parser: Literal["auto", "hermes", "llama3_json", "mistral", "deepseek_v3",
+                              "deepseek_v31"] = Field(
+        "auto", description="The format tool calls are written in (vLLM's "
+        "`--tool-call-parser` names): `auto` finds it in the chat template (Hermes's for a "
+        "template that does not render tools); a template that writes calls in none of these "
+        "refuses `tools` (docs/api.md)."
     )
     check_drift: bool = Field(
         False, description="Warn on every chat request whose assistant `token_ids` differ from "

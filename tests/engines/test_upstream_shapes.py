@@ -597,12 +597,13 @@ async def test_grammars_go_upstream_in_each_protocols_fields(tok, gguf_info, mod
     from tokenwire.engines.upstream.gbnf import tags_gbnf
     from tokenwire.engines.upstream.grammar import structural_tag
     from tokenwire.serving import structured
+    from tokenwire.serving.toolcalls import HERMES
 
     schema = {"type": "object", "properties": {"city": {"type": "string"}}}
     doc = structured.schema({"type": "object", "properties": {
         "age": {"type": "integer", "minimum": 0}}}, "response_format.json_schema.schema")
-    eager = structured.tool_calls([("f", schema, "p")], parallel=False, lazy=False)
-    lazy = structured.tool_calls([("f", schema, "p")], parallel=True, lazy=True)
+    eager = HERMES.grammar([("f", schema, "p")], parallel=False, lazy=False)
+    lazy = HERMES.grammar([("f", schema, "p")], parallel=True, lazy=True)
     tag = {"type": "structural_tag", "triggers": ["<tool_call>"], "structures": [{
         "begin": '<tool_call>\n{"name": "f", "arguments": ', "schema": schema,
         "end": "}\n</tool_call>"}]}

@@ -216,10 +216,21 @@ async def test_a_structural_tag_is_a_lazy_grammar(client: httpx.AsyncClient, tok
     grammar = fake_engine.params[-1].grammar
     assert grammar is not None and not grammar.lazy and not grammar.parallel
     assert [t.begin for t in grammar.tags] == ["<f>"]
+    # a family's calls (Mistral's): a separator, and a tag around them that opens the section
+    listed = {"type": "structural_tag", "format": {
+        "type": "triggered_tags", "triggers": ["[TOOL_CALLS]"], "tags": [{
+            "type": "tag", "begin": "[TOOL_CALLS][", "end": "]",
+            "content": {**calls["format"], "separator": ", ", "stop_after_first": False}}]}}
+    r = await generate(client, body(tok, structured_outputs={"structural_tag": json.dumps(listed)}))
+    assert r.status_code == 200, r.text
+    grammar = fake_engine.params[-1].grammar
+    assert grammar is not None and grammar.triggers == ("[TOOL_CALLS]",) and grammar.parallel
+    assert (grammar.separator, grammar.section) == (", ", ("[TOOL_CALLS][", "]"))
     for bad, param in [
         ({**tag, "triggers": ["<g>"]}, ".structures[0].begin"),
         ({"type": "structural_tag", "format": {}}, ".format"),
-        ({"type": "structural_tag", "format": {**calls["format"], "separator": ","}}, ".format"),
+        ({"type": "structural_tag", "format": {**calls["format"], "at_least_one": False}},
+         ".format"),
         ({**tag, "structures": [{"begin": "<f>", "end": "</f>", "schema": [1]}]},
          ".structures[0].schema"),
     ]:

@@ -23,6 +23,7 @@ from tokenwire.engines.upstream.grammar import (
 )
 from tokenwire.errors import InvalidRequestError, UnsupportedParameterError
 from tokenwire.serving import structured
+from tokenwire.serving.toolcalls import HERMES
 
 SCHEMA = {
     "type": "object",
@@ -171,14 +172,12 @@ def test_grammars_admit_json_and_only_json(engine: LlamaCppEngine, guides: Guide
     a = {"type": "object", "properties": {"x": {"$ref": "#/$defs/Item"}}, "required": ["x"],
          "additionalProperties": False, "$defs": {"Item": {"type": "integer"}}}
     b = {**a, "$defs": {"Item": {"type": "string"}}}
-    calls = structured.tool_calls([("a", a, "t0"), ("b", b, "t1")], parallel=False,
-                                  lazy=False, open_tag="<c>", close_tag="</c>")
-    call = '<c>\n{{"name": "{}", "arguments": {}}}\n</c>'
+    calls = HERMES.grammar([("a", a, "t0"), ("b", b, "t1")], parallel=False, lazy=False)
+    call = '<tool_call>\n{{"name": "{}", "arguments": {}}}\n</tool_call>'
     assert ok(calls, call.format("a", '{"x": 1}')) and ok(calls, call.format("b", '{"x": "s"}'))
     assert not ok(calls, call.format("b", '{"x": 1}'))
     assert not ok(calls, call.format("a", '{"x": 1}') + "\n" + call.format("a", '{"x": 2}'))
-    parallel = structured.tool_calls([("a", a, "t0")], parallel=True, lazy=False,
-                                     open_tag="<c>", close_tag="</c>")
+    parallel = HERMES.grammar([("a", a, "t0")], parallel=True, lazy=False)
     assert ok(parallel, call.format("a", '{"x": 1}') + "\n" + call.format("a", '{"x": 2}'))
 
 
@@ -188,7 +187,7 @@ def test_a_lazy_grammar_holds_from_its_trigger_on(engine: LlamaCppEngine,
     ok = lambda t: _accepts(guides, engine, lazy, t)  # noqa: E731
     schema = {"type": "object", "properties": {"city": {"type": "string"}},
               "required": ["city"], "additionalProperties": False}
-    lazy = structured.tool_calls([("w", schema, "t0")], parallel=True, lazy=True)
+    lazy = HERMES.grammar([("w", schema, "t0")], parallel=True, lazy=True)
     call = '<tool_call>\n{"name": "w", "arguments": {"city": "Paris"}}\n</tool_call>'
     assert ok("Free text, <b>tags</b> and all.")
     assert ok("Let me look." + call) and ok(call + "\n" + call)
@@ -221,7 +220,7 @@ def test_the_engine_samples_inside_the_grammar(engine: LlamaCppEngine) -> None:
 
 def test_lark_spells_each_kind() -> None:
     assert lark_of(structured.json_object()).startswith("start: %json")
-    tags = structured.tool_calls([("f", None, "t0")], parallel=True, lazy=True)
+    tags = HERMES.grammar([("f", None, "t0")], parallel=True, lazy=True)
     text = lark_of(tags)
     assert "[lazy]" in text and '"<tool_call>"' in text and '("\\n" tagged)*' in text
 
@@ -269,7 +268,7 @@ def test_an_upstreams_field_is_renamed_to_the_clients() -> None:
         "response_format.json_schema.schema.properties.a.not"
     assert client_param("sampling_params.structured_outputs.json_object", doc) == \
         "sampling_params.structured_outputs.json_object"  # another field: as it was
-    calls = structured.tool_calls([("f", {"type": "object"}, "tools[0].function.parameters"),
+    calls = HERMES.grammar([("f", {"type": "object"}, "tools[0].function.parameters"),
                                    ("g", {"type": "object"}, "tools[1].function.parameters")],
                                   parallel=False, lazy=False)
     assert client_param("sampling_params.structured_outputs.structural_tag.format.tags[1]"
@@ -286,10 +285,10 @@ def test_a_trigger_that_begins_no_structure_is_a_400() -> None:
 
 def test_structural_tags_in_vllms_and_sglangs_shapes() -> None:
     tools = [("f", {"type": "object"}, "t0")]
-    lazy = json.loads(structural_tag(structured.tool_calls(tools, parallel=True, lazy=True)))
+    lazy = json.loads(structural_tag(HERMES.grammar(tools, parallel=True, lazy=True)))
     assert lazy["triggers"] == ["<tool_call>"] and lazy["structures"][0]["schema"] == {
         "type": "object"}
-    forced = json.loads(structural_tag(structured.tool_calls(tools, parallel=False, lazy=False)))
+    forced = json.loads(structural_tag(HERMES.grammar(tools, parallel=False, lazy=False)))
     fmt = forced["format"]
     assert fmt["type"] == "tags_with_separator" and fmt["at_least_one"] is True
     assert fmt["stop_after_first"] is True
@@ -299,9 +298,9 @@ def test_structural_tags_in_vllms_and_sglangs_shapes() -> None:
 def test_llama_server_tool_calls_are_gbnf_with_their_schemas() -> None:
     tools = [("get_weather", {"type": "object", "properties": {"city": {"type": "string"}}},
               "tools[0].function.parameters")]
-    gbnf = tags_gbnf(structured.tool_calls(tools, parallel=True, lazy=True))
+    gbnf = tags_gbnf(HERMES.grammar(tools, parallel=True, lazy=True))
     assert "get_weather" in gbnf and gbnf.count("root ::=") == 1
     with pytest.raises(UnsupportedParameterError) as exc:
-        tags_gbnf(structured.tool_calls([("f", {"type": "integer", "minimum": 0}, "t0")],
+        tags_gbnf(HERMES.grammar([("f", {"type": "integer", "minimum": 0}, "t0")],
                                         parallel=False, lazy=False))
     assert exc.value.param == "t0.minimum"

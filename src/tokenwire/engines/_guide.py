@@ -18,7 +18,7 @@ import json
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import llama_cpp as L
@@ -66,16 +66,27 @@ def _schema(text: str, param: str) -> Any:
     return {**schema, "x-guidance": {"whitespace_pattern": WHITESPACE}}
 
 
-def _literal(text: str) -> str:
-    return json.dumps(text, ensure_ascii=False)
+def _literal(text: str, specials: Mapping[str, int]) -> str:
+    """`text` as Lark, a control token's text as its id (`<[id]>`): no text can produce a
+    control token, so a format's control-token markers are matched as the tokens themselves."""
+    if not text:
+        return '""'
+    found = [m for m in specials if m in text]
+    if not found:
+        return json.dumps(text, ensure_ascii=False)
+    parts = re.split("(" + "|".join(re.escape(m) for m in sorted(found, key=len, reverse=True))
+                     + ")", text)
+    return " ".join(f"<[{specials[p]}]>" if p in specials else json.dumps(p, ensure_ascii=False)
+                    for p in parts if p)
 
 
-def _tag(tag: StructuralTag, param: str, skip: int = 0) -> str:
+def _tag(tag: StructuralTag, param: str, specials: Mapping[str, int], skip: int = 0) -> str:
     """`begin` (less its first `skip` characters), a JSON value valid against the schema,
     `end`."""
     body = json.dumps(_schema(tag.schema, tag.param or param), ensure_ascii=False)
-    begin = tag.begin[skip:]
-    return f"{_literal(begin) + ' ' if begin else ''}%json {body} {_literal(tag.end)}"
+    begin, end = tag.begin[skip:], tag.end
+    return (f"{_literal(begin, specials) + ' ' if begin else ''}%json {body}"
+            f"{' ' + _literal(end, specials) if end else ''}")
 
 
 def _unique(grammar: Grammar) -> tuple[str | None, list[Path]]:
@@ -86,10 +97,12 @@ def _unique(grammar: Grammar) -> tuple[str | None, list[Path]]:
     return json.dumps(schema, ensure_ascii=False), paths
 
 
-def lark_of(grammar: Grammar) -> str:
+def lark_of(grammar: Grammar, specials: Mapping[str, int] | None = None) -> str:
     """The grammar in llguidance's Lark: a JSON schema's value, the client's GBNF, or tagged
-    spans (tool calls): exactly one (`parallel`: one or more, a newline apart); lazy
-    (`triggers`): free text until a trigger, the spans from the trigger on, nothing after."""
+    spans (tool calls): exactly one (`parallel`: one or more, `separator` apart) inside the
+    `section`; lazy (`triggers`): free text until a trigger, the spans from the trigger on,
+    nothing after. `specials`: control tokens' texts and ids, matched as ids."""
+    specials = specials or {}
     if grammar.json_schema is not None:
         text, _ = _unique(grammar)
         body = json.dumps(_schema(text or "", grammar.param), ensure_ascii=False)
@@ -101,22 +114,33 @@ def lark_of(grammar: Grammar) -> str:
             # Exceptions (an undefined rule, no root): all of them say the client's grammar
             raise GuideError(f"the grammar does not parse: {exc}", grammar.param) from exc
     tags = grammar.tags
-    lines = [f"tag_{i}: {_tag(t, grammar.param)}" for i, t in enumerate(tags)]
+    opening, closing = grammar.section
+    lines = [f"tag_{i}: {_tag(t, grammar.param, specials)}" for i, t in enumerate(tags)]
     lines.append("tagged: " + " | ".join(f"tag_{i}" for i in range(len(tags))))
-    more = ' ("\\n" tagged)*' if grammar.parallel else ""
+    sep = _literal(grammar.separator, specials) + " " if grammar.separator else ""
+    more = f" ({sep}tagged)*" if grammar.parallel else ""
+    close = f" {_literal(closing, specials)}" if closing else ""
     if not grammar.triggers:
-        lines.insert(0, f"start: tagged{more}")
+        head = f"{_literal(opening, specials)} " if opening else ""
+        lines.insert(0, f"start: {head}tagged{more}{close}")
         return "\n".join(lines) + "\n"
     # lazy: a lazy lexeme ends at the first trigger in the text; what follows is the rest
-    # of a tag that begins with that trigger
+    # of a tag (or of the section's opening) that begins with that trigger
     firsts = []
     for k, word in enumerate(grammar.triggers):
+        head = f"head_{k}[lazy]: TEXT {_literal(word, specials)}"
+        if word in specials:  # a control token ends the text by itself: no lazy lexeme
+            head = f"head_{k}: TEXT {_literal(word, specials)}"
+        lines.append(head)
+        if opening:
+            rest = _literal(opening[len(word):], specials) + " " if opening[len(word):] else ""
+            firsts.append(f"head_{k} {rest}tagged")
+            continue
         rests = [f"rest_{k}_{i}" for i, t in enumerate(tags) if t.begin.startswith(word)]
-        lines += [f"rest_{k}_{i}: {_tag(t, grammar.param, len(word))}"
+        lines += [f"rest_{k}_{i}: {_tag(t, grammar.param, specials, len(word))}"
                   for i, t in enumerate(tags) if t.begin.startswith(word)]
-        lines.append(f"head_{k}[lazy]: TEXT {_literal(word)}")
         firsts.append(f"head_{k} ({' | '.join(rests)})")
-    lines.insert(0, f"start: TEXT | ({' | '.join(firsts)}){more}")
+    lines.insert(0, f"start: TEXT | ({' | '.join(firsts)}){more}{close}")
     lines.append("TEXT: /(.|\\n)*/")
     return "\n".join(lines) + "\n"
 
@@ -162,7 +186,8 @@ def _refusal(grammar: Grammar, error: str) -> GuideError:
     return GuideError(message, param, unsupported=unsupported)
 
 
-def _index(vocab: Any, n_vocab: int, eos: list[int]) -> llguidance.LLTokenizer:
+def _index(vocab: Any, n_vocab: int, eos: list[int]
+           ) -> tuple[llguidance.LLTokenizer, dict[str, int]]:
     """llguidance's reading of llama.cpp's vocabulary: its `llamacpp.lltokenizer_from_vocab`,
     except that only control tokens are special. A user-defined token (Qwen's `<tool_call>`,
     SmolLM2's `<file_sep>`) stays its text, which grammar literals and free text match, as
@@ -171,18 +196,21 @@ def _index(vocab: Any, n_vocab: int, eos: list[int]) -> llguidance.LLTokenizer:
     size = 16 * 1024
     buf = ctypes.create_string_buffer(size + 1)
     tokens = []
+    specials: dict[str, int] = {}
     for t in range(n_vocab):
         n = L.llama_token_to_piece(vocab, t, buf, size, 0, True)
         if n < 0:
             raise ValueError(f"token {t} does not fit {size} bytes")
         piece = buf.raw[:n]
         if L.llama_vocab_get_attr(vocab, t) & L.LLAMA_TOKEN_ATTR_CONTROL:
+            specials.setdefault(piece.decode(errors="replace"), t)
             piece = b"\xff" + piece  # llguidance's mark of a special token
         tokens.append(piece)
     tokenize = ctypes.cast(L.llama_cpp._lib.llama_tokenize, ctypes.c_void_p).value
     index: llguidance.LLTokenizer = llguidance.LLTokenizer.from_llamacpp(  # type: ignore[attr-defined]
         tokens=tokens, vocab_ptr=vocab, tokenize_fptr=tokenize, eos_token=eos, slices=None)
-    return index
+    specials.pop("", None)
+    return index, specials
 
 
 class Guides:
@@ -196,6 +224,7 @@ class Guides:
         self._eos = list(eos_ids)
         self._lock = lock or threading.Lock()  # held while llama.cpp's vocabulary is read
         self._tokenizer: llguidance.LLTokenizer | None = None
+        self._specials: dict[str, int] = {}
         self._compiled: OrderedDict[str, llguidance.LLMatcher] = OrderedDict()
         self._quoted: list[tuple[int, bytes]] | None = None
         self._guard = threading.Lock()
@@ -204,7 +233,8 @@ class Guides:
         with self._guard:
             if self._tokenizer is None:
                 with self._lock:
-                    self._tokenizer = _index(self._vocab, self._n_vocab, self._eos)
+                    self._tokenizer, self._specials = _index(self._vocab, self._n_vocab,
+                                                             self._eos)
             return self._tokenizer
 
     @property
@@ -218,7 +248,8 @@ class Guides:
 
     def compile(self, grammar: Grammar) -> llguidance.LLMatcher:
         """The grammar's matcher at its start (shared: `start` copies it); raises `GuideError`."""
-        text = lark_of(grammar)
+        self._tok()
+        text = lark_of(grammar, self._specials)
         with self._guard:
             hit = self._compiled.get(text)
             if hit is not None:

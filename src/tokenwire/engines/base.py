@@ -84,7 +84,11 @@ class Grammar:
     """Lazy (tags only): the output is free until one of these words appears; from that word on
     (the word included) it is tagged spans. Empty: the spans hold from the first token."""
     parallel: bool = False
-    """Tags: one or more spans, a newline apart (else exactly one)."""
+    """Tags: one or more spans, `separator` apart (else exactly one)."""
+    separator: str = "\n"
+    section: tuple[str, str] = ("", "")
+    """Tags: what opens and closes the spans together (DeepSeek's `<｜tool▁calls▁begin｜>`...);
+    a lazy grammar's trigger begins the opening, where there is one."""
     param: str = "grammar"
     """The request field it was built from (named when it cannot be enforced)."""
 

@@ -77,8 +77,7 @@ from .stored import StoredCompletions
 from .structured import Constraints, resolve_constraints
 from .template import ChatTemplate
 from .tokens import IdSpan, TokenSpace, check_id_range
-from .toolformat import HERMES
-from .toolparser import CallPiece, ParsedDelta, ToolCallParser
+from .toolcalls import HERMES, CallPiece, ParsedDelta, ToolCallParser
 
 __all__ = ["ChatPlan", "ChatService", "PromptPrefix"]
 
@@ -112,7 +111,7 @@ class ChatPlan(Plan):
     def parser(self) -> ToolCallParser | None:
         if not self.constraints.parse_tools:
             return None
-        return ToolCallParser(HERMES.open_tag, HERMES.close_tag)
+        return ToolCallParser(self.model.tools or HERMES)
 
     def finish_reason(self, reason: str | None, parser: ToolCallParser | None) -> Any:
         """A choice that made calls ends with "tool_calls" (a named tool_choice: "stop", as
@@ -270,7 +269,7 @@ class ChatService(GenerationService):
         check_engine_features(model, logprobs=req.logprobs,
                               prompt_logprobs=req.prompt_logprobs is not None)
         check_sampling_mask(model, temperature=req.temperature, top_k=req.top_k)
-        constraints = resolve_constraints(req, model.engine.info, model.id)
+        constraints = resolve_constraints(req, model.engine.info, model.id, model.tools)
         spans = message_id_spans(req.messages)
         space = self._space(model, req.tokenizer_version, req.tokenizer_fallback, bool(spans))
         if space.translate:
@@ -283,7 +282,7 @@ class ChatService(GenerationService):
         if not req.keep_reasoning and model.reasoning is not None:
             req = _drop_reasoning(req, model.reasoning, space)
         how: dict[str, Any] = dict(
-            tools=req.tools or [],
+            tools=req.tools or [], fmt=model.tools or HERMES,
             variables=template_variables(_thinking_switch(req, model, template), template),
             control_ids=self._settings.allow_special_token_ids
             or self._settings.raw_prompts_allowed(caller.api_key))
@@ -300,7 +299,8 @@ class ChatService(GenerationService):
                                  reserve=requested or self._settings.default_max_tokens)
         check = req.check_drift if req.check_drift is not None else self._settings.check_drift
         if check:
-            warnings = [*(warnings or []), *drift_warnings(req.messages, space, template)]
+            drift = drift_warnings(req.messages, space, template, model.tools or HERMES)
+            warnings = [*(warnings or []), *drift]
         if constraints.unconstrained:
             warnings = [*(warnings or []), _unconstrained(model.id)]
         budget = completion_budget(

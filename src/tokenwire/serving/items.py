@@ -43,7 +43,7 @@ from ..protocol.responses import (
 from .chat import ChatPlan
 from .generation import ChoiceUpdate, wire_spans
 from .logprobs import chat_logprobs
-from .toolparser import ToolCallParser
+from .toolcalls import ToolCallParser
 
 __all__ = ["ItemAssembler", "new_id"]
 

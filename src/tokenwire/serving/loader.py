@@ -21,6 +21,7 @@ from ..tokenizers.source import TokenizerSource, load_tokenizer
 from .models import ServedModel
 from .reasoning import ReasoningFormat, reasoning_format
 from .template import ChatTemplate
+from .toolcalls import HERMES, ToolFormat, tool_format
 
 __all__ = ["load_model", "load_models", "load_template"]
 
@@ -75,7 +76,8 @@ async def load_model(settings: Settings, tokenizers: TokenizerRegistry) -> Serve
     log.info("serving %r on the %s engine with tokenizer %s (from %s)", name, settings.engine,
              tok.version, path.name)
     return ServedModel(id=name, engine=engine, tokenizer_entry=entry, template=template,
-                       reasoning=_reasoning(settings, template, stored))
+                       reasoning=_reasoning(settings, template, stored),
+                       tools=_tools(settings, template))
 
 
 def _reasoning(settings: Settings, template: ChatTemplate | None,
@@ -87,6 +89,17 @@ def _reasoning(settings: Settings, template: ChatTemplate | None,
     if fmt is not None:
         log.info("reasoning parser %s: %r ... %r, as %s", fmt.name, fmt.start, fmt.end,
                  "ids" if fmt.end_id is not None else "text")
+    return fmt
+
+
+def _tools(settings: Settings, template: ChatTemplate | None) -> ToolFormat | None:
+    name = None if settings.tool_call_parser == "auto" else settings.tool_call_parser
+    source = template.source if template is not None else None
+    fmt = tool_format(source, name)
+    if fmt is None and not (template is not None and template.renders_tools):
+        fmt = HERMES  # the default format, which tokenwire renders itself
+    log.info("tool calls: %s", fmt.name if fmt is not None else
+             "refused (the chat template writes them in a format not parsed here)")
     return fmt
 
 

@@ -19,7 +19,7 @@ from ..protocol.tools import Tool, ToolCall
 from ..tokenizers.conversions import conversion_reason
 from .template import RESERVED, RESERVED_VARIABLES, ChatTemplate, TemplateMessage
 from .tokens import IdSpan, TokenSpace
-from .toolformat import HERMES
+from .toolcalls import HERMES, ToolFormat
 
 __all__ = ["Conversation", "check_messages", "check_tools", "drift_warnings", "ends_turn",
            "message_id_spans",
@@ -197,11 +197,13 @@ def render_messages(messages: Sequence[ChatMessage], space: TokenSpace,
                     template: ChatTemplate, *, tools: Sequence[Tool] = (),
                     add_generation_prompt: bool = True, continue_final: bool = False,
                     variables: dict[str, Any] | None = None, control_ids: bool = False,
-                    content_ends: frozenset[int] = frozenset()) -> Conversation:
+                    content_ends: frozenset[int] = frozenset(),
+                    fmt: ToolFormat = HERMES) -> Conversation:
     """The conversation in the model's ids. A template that renders tools gets them (and each
-    call) as variables, its client strings marked as text; any other gets the default tool
-    format (`toolformat.HERMES`), rendered here as content text. `continue_final`: the prompt
-    ends where the last message's ids end (no end of turn), so the model continues it.
+    call) as variables, its client strings marked as text; any other gets them in `fmt` (the
+    model's tool format, Hermes's by default), rendered here as content text.
+    `continue_final`: the prompt ends where the last message's ids end (no end of turn), so the
+    model continues it.
 
     An assistant's `token_ids` that end with a control id end with its sampled end of turn
     (`ends_turn`), which must be the id the template closes the turn with; if it is not, a
@@ -214,7 +216,7 @@ def render_messages(messages: Sequence[ChatMessage], space: TokenSpace,
     out: list[TemplateMessage] = []
     index: list[int] = []  # message index of each template message (-1: one we added)
     if tools and not native:
-        system = HERMES.system_text(tools)
+        system = fmt.system_text(tools)
         if messages and messages[0].role in ("system", "developer"):
             first = messages[0]
             head = _content_ids(first, space, ended[0] is not None)
@@ -246,13 +248,13 @@ def render_messages(messages: Sequence[ChatMessage], space: TokenSpace,
                     [_template_call(c, f"messages[{i}].tool_calls[{j}]")
                      for j, c in enumerate(m.tool_calls)])
             else:
-                tail = HERMES.calls_text("", m.tool_calls)
+                tail = fmt.calls_text("", m.tool_calls)
                 ids = ids + enc(("\n" if ids else "") + tail)
         elif m.role == "tool" and not native:
-            ids = enc(HERMES.result_open) + ids + enc(HERMES.result_close)
+            ids = enc(fmt.result_open) + ids + enc(fmt.result_close)
         out.append(TemplateMessage(m.role, ids, text=text, **extra))
         index.append(i)
-    tool_vars = template.client_text(HERMES.template_tools(tools)) if tools and native \
+    tool_vars = template.client_text(fmt.template_tools(tools)) if tools and native \
         else None
     r = template.render(out, add_generation_prompt=add_generation_prompt, tools=tool_vars,
                         variables=variables)
@@ -279,7 +281,7 @@ def render_messages(messages: Sequence[ChatMessage], space: TokenSpace,
                     return render_messages(
                         messages, space, template, tools=tools,
                         add_generation_prompt=add_generation_prompt, variables=variables,
-                        control_ids=True, content_ends=content_ends | {i})
+                        control_ids=True, content_ends=content_ends | {i}, fmt=fmt)
                 raise InvalidRequestError(
                     f"messages[{i}].token_ids end with the control id {closer}, but the "
                     "chat template does not close the turn with it there"
@@ -368,15 +370,15 @@ def tool_texts(tools: Sequence[Tool], messages: Sequence[ChatMessage]) -> list[t
 
 
 def drift_warnings(messages: Sequence[ChatMessage], space: TokenSpace,
-                   template: ChatTemplate) -> list[ResponseWarning]:
+                   template: ChatTemplate, fmt: ToolFormat = HERMES) -> list[ResponseWarning]:
     """Assistant messages whose `token_ids` are not what their text encodes to: the ids are
     used (they are what the model sampled), and the client learns where the two part."""
     with conversion_reason("drift"):
-        return _drift(messages, space, template)
+        return _drift(messages, space, template, fmt)
 
 
 def _drift(messages: Sequence[ChatMessage], space: TokenSpace,
-           template: ChatTemplate) -> list[ResponseWarning]:
+           template: ChatTemplate, fmt: ToolFormat) -> list[ResponseWarning]:
     enc = space.client.tokenizer.encode
     out = []
     for i, m in enumerate(messages):
@@ -385,7 +387,7 @@ def _drift(messages: Sequence[ChatMessage], space: TokenSpace,
         text = m.content if isinstance(m.content, str) else (
             m.content.text if isinstance(m.content, TextBlock) else None)
         if m.tool_calls and not template.renders_tools:
-            text = HERMES.calls_text(text or "", m.tool_calls)
+            text = fmt.calls_text(text or "", m.tool_calls)
         elif m.tool_calls or text is None:
             continue  # no text to compare (ids only, or calls a template renders itself)
         canonical = enc(text)

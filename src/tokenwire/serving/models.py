@@ -11,7 +11,7 @@ from ..tokenizers.base import Tokenizer
 from ..tokenizers.registry import TokenizerEntry
 from .reasoning import ReasoningFormat
 from .template import ChatTemplate
-from .toolformat import template_version
+from .toolcalls import HERMES, ToolFormat, template_version
 
 __all__ = ["ModelRegistry", "ServedModel"]
 
@@ -26,6 +26,9 @@ class ServedModel:
     reasoning: ReasoningFormat | None = None
     """How the model writes its reasoning (from its template or `reasoning_parser`): its
     chat output is split into reasoning and content (serving/reasoning.py)."""
+    tools: ToolFormat | None = HERMES
+    """The format its tool calls are written in (from its template or `tool_call_parser`;
+    serving/toolcalls/); None: its template writes them in a format not parsed here."""
 
     @property
     def tokenizer(self) -> Tokenizer:
@@ -44,7 +47,7 @@ class ServedModel:
         """Hash of the chat template and the tool format used with it."""
         if self.template is None:
             return None
-        return template_version(self.template)
+        return template_version(self.template, self.tools)
 
     def chat_template(self) -> ChatTemplate:
         if self.template is None:

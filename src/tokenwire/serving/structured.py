@@ -11,18 +11,18 @@ schema that is not a JSON object (or `true`), or one too large to compile at adm
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..engines.base import EngineInfo, Grammar, StructuralTag
 from ..errors import InvalidRequestError, UnsupportedParameterError
 from ..protocol.chat import ChatCompletionRequest
 from ..protocol.tools import JsonObjectFormat, JsonSchemaFormat, NamedToolChoice
-from .toolformat import HERMES
+from .toolcalls import PARSERS, ToolFormat
 
 __all__ = ["Constraints", "from_structural_tag", "json_object", "resolve_constraints", "schema",
-           "tagged", "tool_calls"]
+           "tagged"]
 
 MAX_SCHEMA = 256 * 1024
 """Largest schema (bytes of JSON) compiled at admission."""
@@ -58,26 +58,15 @@ def json_object(param: str = "response_format") -> Grammar:
 
 
 def tagged(tags: Sequence[tuple[str, Any, str, str]], *, parallel: bool, param: str,
-           triggers: tuple[str, ...] = ()) -> Grammar:
+           triggers: tuple[str, ...] = (), separator: str = "\n",
+           section: tuple[str, str] = ("", "")) -> Grammar:
     """Tagged spans, each (begin, its schema, the schema's param path, end): exactly one
-    (`parallel`: one or more, a newline apart); `triggers`: lazy, free text until one of them
-    (each tag's begin starts with one)."""
+    (`parallel`: one or more, `separator` apart), inside `section`; `triggers`: lazy, free text
+    until one of them (the section's opening, or each tag's begin, starts with one)."""
     return Grammar(tags=tuple(StructuralTag(begin, _text(s, at), end, at)
                               for begin, s, at, end in tags),
-                   triggers=triggers, parallel=parallel, param=param)
-
-
-def tool_calls(tools: Sequence[tuple[str, Mapping[str, Any] | None, str]], *, parallel: bool,
-               lazy: bool, open_tag: str = HERMES.open_tag,
-               close_tag: str = HERMES.close_tag) -> Grammar:
-    """One or more (`parallel`) calls of the named tools, each
-    `<open>\\n{"name": "<name>", "arguments": <its schema>}\\n<close>`; `lazy`: free text until
-    the model writes `open_tag` (tool_choice "auto"). Each tool: (name, its parameters schema,
-    the param path of that schema)."""
-    return tagged([(f'{open_tag}\n{{"name": {json.dumps(name, ensure_ascii=False)}, '
-                    '"arguments": ', s if s is not None else {"type": "object"}, at,
-                    "}\n" + close_tag) for name, s, at in tools],
-                  parallel=parallel, param="tools", triggers=(open_tag,) if lazy else ())
+                   triggers=triggers, parallel=parallel, param=param, separator=separator,
+                   section=section)
 
 
 def _invalid(message: str, param: str) -> InvalidRequestError:
@@ -115,22 +104,32 @@ def from_structural_tag(tag: Any, param: str) -> Grammar:
     if isinstance(fmt, dict):
         at = f"{param}.format"
         kind = fmt.get("type")
-        if kind == "tags_with_separator" and fmt.get("separator") == "\n" \
-                and fmt.get("at_least_one") is True:
-            return tagged(_format_tags(fmt, at), parallel=not fmt.get("stop_after_first"),
-                          param=param)
+        calls = _calls(fmt, at, param)
+        if calls is not None:
+            return calls
         if kind == "triggered_tags" and not fmt.get("excludes") \
-                and not fmt.get("at_least_one") and not fmt.get("stop_after_first"):
+                and not fmt.get("at_least_one"):
             triggers = fmt.get("triggers")
-            tags = _format_tags(fmt, at)
             if not isinstance(triggers, list) or not triggers \
                     or not all(isinstance(w, str) and w for w in triggers):
                 raise _invalid("triggers must be a non-empty list of strings",
                                f"{at}.triggers")
-            return _lazy(tags, triggers, param, f"{at}.tags")
+            inner = fmt.get("tags")
+            section = _calls(inner[0], f"{at}.tags[0]", param) \
+                if isinstance(inner, list) and len(inner) == 1 and isinstance(inner[0], dict) \
+                and inner[0].get("type") == "tag" else None
+            if section is not None:  # the calls' section, opened by a trigger
+                if not any(section.section[0].startswith(w) for w in triggers):
+                    raise _invalid("each trigger must begin the section", f"{at}.triggers")
+                return replace(section, triggers=tuple(triggers))
+            if fmt.get("stop_after_first"):
+                raise UnsupportedParameterError(
+                    "triggered_tags with stop_after_first is supported around one section tag "
+                    "only", param=f"{at}.stop_after_first")
+            return _lazy(_format_tags(fmt, at), triggers, param, f"{at}.tags")
         raise UnsupportedParameterError(
-            "of xgrammar's formats, only tags_with_separator (separator \"\\n\", at_least_one)"
-            " and triggered_tags are supported", param=at)
+            "of xgrammar's formats, only tags_with_separator (at_least_one), a tag around one, "
+            "and triggered_tags are supported", param=at)
     structures, triggers = tag.get("structures"), tag.get("triggers")
     if not isinstance(structures, list) or not structures or not all(
             isinstance(s, dict) and isinstance(s.get("begin"), str)
@@ -142,6 +141,22 @@ def from_structural_tag(tag: Any, param: str) -> Grammar:
     return _lazy([(s["begin"], s.get("schema", {}), f"{param}.structures[{i}].schema",
                    s["end"]) for i, s in enumerate(structures)],
                  triggers, param, f"{param}.structures")
+
+
+def _calls(fmt: dict[str, Any], at: str, param: str) -> Grammar | None:
+    """xgrammar's `tags_with_separator` (at least one), alone or as the content of a `tag` (the
+    calls' section); None for other shapes."""
+    section = ("", "")
+    if fmt.get("type") == "tag" and isinstance(fmt.get("content"), dict) \
+            and isinstance(fmt.get("begin"), str) and isinstance(fmt.get("end"), str):
+        section, fmt, at = (fmt["begin"], fmt["end"]), fmt["content"], f"{at}.content"
+    if fmt.get("type") != "tags_with_separator" or fmt.get("at_least_one") is not True:
+        return None
+    separator = fmt.get("separator", "")
+    if not isinstance(separator, str):
+        raise _invalid("separator must be a string", f"{at}.separator")
+    return tagged(_format_tags(fmt, at), parallel=not fmt.get("stop_after_first"), param=param,
+                  separator=separator, section=section)
 
 
 def _lazy(tags: list[tuple[str, Any, str, str]], triggers: list[str], param: str,
@@ -178,8 +193,10 @@ def _choice(req: ChatCompletionRequest) -> str | NamedToolChoice:
     return req.tool_choice
 
 
-def resolve_constraints(req: ChatCompletionRequest, info: EngineInfo, model: str
-                        ) -> Constraints:
+def resolve_constraints(req: ChatCompletionRequest, info: EngineInfo, model: str,
+                        calls: ToolFormat | None = None) -> Constraints:
+    """`calls`: the model's tool-call format (None: its template writes calls in a format no
+    parser here reads, so tools are refused)."""
     tools = req.tools or []
     choice = _choice(req)
     fmt = req.response_format
@@ -200,6 +217,11 @@ def resolve_constraints(req: ChatCompletionRequest, info: EngineInfo, model: str
         return Constraints(grammar=json_object())
     if choice == "none":
         return Constraints()
+    if calls is None:
+        raise UnsupportedParameterError(
+            f"model {model!r}'s chat template writes tool calls in a format tokenwire does not "
+            f"parse (its parsers: {', '.join(PARSERS)}; the server's tool_call_parser setting "
+            "names one)", param="tools")
     specs = [(t.function.name, t.function.parameters, f"tools[{i}].function.parameters")
              for i, t in enumerate(tools)]
     if isinstance(choice, NamedToolChoice):
@@ -216,11 +238,11 @@ def resolve_constraints(req: ChatCompletionRequest, info: EngineInfo, model: str
         if not info.supports_lazy_grammar:
             # the model may still call: its output is parsed, unconstrained (docs/api.md)
             return Constraints(parse_tools=True, unconstrained=True)
-        return Constraints(grammar=tool_calls(specs, parallel=parallel, lazy=True),
+        return Constraints(grammar=calls.grammar(specs, parallel=parallel, lazy=True),
                            parse_tools=True)
     if not info.supports_grammar:
         raise UnsupportedParameterError(
             f"model {model!r} cannot guarantee a tool call (its engine has no grammar "
             "support); use tool_choice 'auto'", param="tool_choice")
-    return Constraints(grammar=tool_calls(specs, parallel=parallel, lazy=False),
+    return Constraints(grammar=calls.grammar(specs, parallel=parallel, lazy=False),
                        parse_tools=True, named=isinstance(choice, NamedToolChoice))

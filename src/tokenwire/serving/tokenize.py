@@ -31,7 +31,7 @@ from .models import ModelRegistry, ServedModel
 from .plan import ANONYMOUS, Caller
 from .template import ChatTemplate
 from .tokens import IdSpan, TokenSpace, check_id_range, resolve_token_space
-from .toolformat import template_version
+from .toolcalls import HERMES, template_version
 
 __all__ = ["Artifact", "TokenizeService"]
 
@@ -126,7 +126,8 @@ class TokenizeService:
                                                       caller.api_key)
             template = self._template(entry, model)
             s = self._settings
-            conv = render_messages(req.messages, space, template, tools=req.tools or [],
+            fmt = model.tools if model is not None and model.tools is not None else HERMES
+            conv = render_messages(req.messages, space, template, tools=req.tools or [], fmt=fmt,
                                    add_generation_prompt=req.add_generation_prompt,
                                    continue_final=req.continue_final_message,
                                    control_ids=s.allow_special_token_ids

@@ -70,7 +70,8 @@ def _twin_drops(schema: dict[str, Any], at: str) -> None:
 
 
 def tags_gbnf(grammar: Grammar) -> str:
-    """Exactly one tagged span (`parallel`: one or more, a newline apart), as GBNF's `root`."""
+    """Exactly one tagged span (`parallel`: one or more, `separator` apart) inside the
+    `section`, as GBNF's `root`."""
     check_schema(grammar, _twin_drops)
     conv: Any = _Converter()
     alts = []
@@ -85,5 +86,10 @@ def tags_gbnf(grammar: Grammar) -> str:
         alts.append(f"{conv._format_literal(tag.begin)} {value} "
                     f"{conv._format_literal(tag.end)}")
     conv._add_rule("tagged", " | ".join(alts))
-    conv._add_rule("root", 'tagged ("\\n" tagged)*' if grammar.parallel else "tagged")
+    lit = conv._format_literal
+    sep = f"{lit(grammar.separator)} " if grammar.separator else ""
+    body = f"tagged ({sep}tagged)*" if grammar.parallel else "tagged"
+    opening, closing = grammar.section
+    conv._add_rule("root", " ".join(
+        p for p in (lit(opening) if opening else "", body, lit(closing) if closing else "") if p))
     return str(conv.format_grammar())

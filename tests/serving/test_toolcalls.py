@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tokenwire.serving.output import Delta
-from tokenwire.serving.toolparser import ToolCallParser
+from tokenwire.serving.toolcalls import HERMES, ToolCallParser
 
 CALL = '<tool_call>\n{"name": "f", "arguments": {"a": "x}y", "b": [1, {"c": 2}]}}\n</tool_call>'
 TEXTS = [
@@ -31,7 +31,7 @@ TEXTS = [
 
 
 def run(text: str, cuts: list[int]) -> tuple[str, list[tuple[str, str]], list[int], list]:
-    p = ToolCallParser("<tool_call>", "</tool_call>")
+    p = ToolCallParser(HERMES)
     bounds = sorted({0, len(text), *(c % (len(text) + 1) for c in cuts)})
     content, ids, pieces = "", [], []
     for k, (a, b) in enumerate(zip(bounds, bounds[1:], strict=False)):
@@ -79,7 +79,7 @@ def test_what_is_content_and_what_is_a_call() -> None:
 
 def test_ids_go_out_with_the_text_they_carry() -> None:
     """Whitespace before a tag waits with its ids until it is known to be content or syntax."""
-    p = ToolCallParser("<tool_call>", "</tool_call>")
+    p = ToolCallParser(HERMES)
     first = p.push(Delta(ids=[0], text="Use  "))
     assert (first.content, first.ids) == ("Use", [])  # "  " may precede a call
     second = p.push(Delta(ids=[1], text="<tool_call> tags"))

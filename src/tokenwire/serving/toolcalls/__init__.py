@@ -1,0 +1,45 @@
+"""Tool calls by family: each format in a module of its own, chosen from the model's chat
+template (the first whose sign the template holds) or named by a setting (`tool_call_parser`,
+vLLM's `--tool-call-parser` names), parsed on the sampled text with the ids kept exact
+(parser.py), forced by a grammar where the request requires a call (format.py)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .deepseek import DEEPSEEK_V3, DEEPSEEK_V31
+from .format import ToolFormat
+from .hermes import HERMES
+from .llama3 import LLAMA3_JSON
+from .mistral import MISTRAL, MISTRAL_ARGS
+from .parser import CallPiece, ParsedCall, ParsedDelta, ToolCallParser
+
+if TYPE_CHECKING:
+    from ..template import ChatTemplate
+
+__all__ = ["FORMATS", "HERMES", "PARSERS", "CallPiece", "ParsedCall", "ParsedDelta",
+           "ToolCallParser", "ToolFormat", "template_version", "tool_format"]
+
+FORMATS = (DEEPSEEK_V31, DEEPSEEK_V3, MISTRAL_ARGS, MISTRAL, HERMES, LLAMA3_JSON)
+"""In the order templates are matched against their signs (the more specific first)."""
+
+PARSERS = tuple(dict.fromkeys(f.name for f in FORMATS))
+"""The tool-call parsers there are (vLLM's names)."""
+
+
+def tool_format(template: str | None, name: str | None = None) -> ToolFormat | None:
+    """The format `name`d (for a template of the family, the variant it writes), or the one
+    the template writes calls in; None for a template that writes calls in no format here."""
+    named = [f for f in FORMATS if name is None or f.name == name]
+    for f in named:
+        if template is not None and f.sign in template:
+            return f
+    if name is not None:
+        return named[-1]  # the family's first variant (Mistral's JSON list)
+    return None
+
+
+def template_version(template: ChatTemplate, fmt: ToolFormat | None = None) -> str:
+    """What renders a prompt, hashed: the template, and the tool format used with it (the
+    template's own, or the default, Hermes's)."""
+    return template.version("template" if template.renders_tools else (fmt or HERMES).source)
