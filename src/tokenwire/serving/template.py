@@ -40,7 +40,7 @@ import bisect
 import hashlib
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
@@ -75,9 +75,15 @@ _KEPT_CHARS = 1024
 def _tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None,
             separators: tuple[str, str] | None = None, sort_keys: bool = False) -> str:
     """Hugging Face's `tojson` (Jinja's own escapes HTML characters, which templates do not
-    expect)."""
+    expect); a filter's lazy sequence (`tools | map(attribute='function')`, which llama.cpp's
+    Jinja engine prints as a list) is a list."""
     return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
-                      sort_keys=sort_keys)
+                      sort_keys=sort_keys,
+                      default=lambda o: list(o) if isinstance(o, Iterator) else _refuse(o))
+
+
+def _refuse(o: Any) -> Any:
+    raise TypeError(f"Object of type {type(o).__name__} is not JSON serializable")
 
 
 @dataclass
