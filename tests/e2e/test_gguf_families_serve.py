@@ -195,8 +195,10 @@ KWARGS = {"date_string": "26 Jul 2024", "enable_thinking": True}
 
 def _bodies(family: Family) -> list[dict[str, Any]]:
     bodies: list[dict[str, Any]] = [{"messages": CONVERSATION, "chat_template_kwargs": KWARGS}]
-    if family.tools:
-        bodies.append({**bodies[0], "tools": TOOLS})
+    if family.tools:  # tool_choice "none": tools rendered, calls not parsed (a format not
+        # parsed here refuses any other choice)
+        bodies.append({**bodies[0], "tools": TOOLS,
+                       **({} if family.calls else {"tool_choice": "none"})})
     return bodies
 
 

@@ -252,3 +252,31 @@ def test_messages_api_thinking_block_then_tool_use(server: Upstream, model: str)
                 extra_body={"temperature": 0}) as s:
             final = s.get_final_message()
         assert final.content[0].thinking == thinking.thinking  # type: ignore[union-attr]
+
+
+def test_a_required_call_and_a_schema_hold_after_the_reasoning(
+        client: openai.OpenAI, model: str, server: Upstream) -> None:
+    """tool_choice "required" and a JSON schema constrain the answer, not the thought: on the
+    embedded engine the grammar holds from `</think>` on (as vLLM's does from its reasoning
+    parser's end), so the model thinks first; an upstream's grammar holds from the first token
+    (the thought is then empty)."""
+    embedded = "--upstream" not in server.cmd
+    forced = chat(client, model, ASK, tool_choice="required")
+    choice = forced.choices[0]
+    [call] = choice.message.tool_calls
+    assert call.function.name == "get_weather" and "Paris" in call.function.arguments
+    thought = extra(choice.message).get("reasoning")
+    if embedded:
+        assert thought and "get_weather" in thought  # it thought, then called
+        assert contains(extra(choice.message)["token_ids"],
+                        extra(choice.message)["reasoning_token_ids"])
+    schema = {"type": "object", "properties": {"answer": {"type": "integer"}},
+              "required": ["answer"], "additionalProperties": False}
+    out = client.chat.completions.create(
+        model=model, messages=[{"role": "user", "content": "What is 12+7?"}], temperature=0,
+        max_tokens=120, response_format={"type": "json_schema", "json_schema": {
+            "name": "sum", "schema": schema}}, extra_body=IDS)
+    msg = out.choices[0].message
+    assert isinstance(json.loads(msg.content or "")["answer"], int)  # the schema held
+    if embedded:
+        assert extra(msg).get("reasoning")  # after a thought the schema did not touch

@@ -5,6 +5,7 @@ refused first."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from typing import Any
 
@@ -304,3 +305,38 @@ def test_llama_server_tool_calls_are_gbnf_with_their_schemas() -> None:
         tags_gbnf(HERMES.grammar([("f", {"type": "integer", "minimum": 0}, "t0")],
                                         parallel=False, lazy=False))
     assert exc.value.param == "t0.minimum"
+
+
+@pytest.mark.engine
+def test_a_grammar_with_reasoning_holds_after_the_thought(engine: LlamaCppEngine,
+                                                          guides: Guides) -> None:
+    """The thought is free text up to its end marker (a call's tag inside it is thought, not a
+    call); from the end marker on the grammar holds; a model may also answer at once."""
+    schema = {"type": "object", "properties": {"city": {"type": "string"}},
+              "required": ["city"], "additionalProperties": False}
+    required = HERMES.grammar([("w", schema, "t0")], parallel=False, lazy=False)
+    call = '<tool_call>\n{"name": "w", "arguments": {"city": "Paris"}}\n</tool_call>'
+    after = dataclasses.replace(required, reasoning=("<think>", "</think>", False))
+    ok = lambda g, t: _accepts(guides, engine, g, t)  # noqa: E731
+    assert ok(after, f"<think>\nI should call <tool_call> w.\n</think>\n\n{call}")
+    assert ok(after, call) and not ok(required, f"<think>\nhm\n</think>\n\n{call}")
+    assert not ok(after, "<think>\nhm\n</think>\n\nIt is sunny.")  # the answer is still bound
+    inside = dataclasses.replace(structured.schema(schema, "s"),
+                                 reasoning=("<think>", "</think>", True))
+    assert ok(inside, 'The prompt opened it.</think>\n{"city": "Rome"}')
+    assert not ok(inside, '{"city": "Rome"}')  # the prompt opened the thought: it must end
+
+
+@pytest.mark.engine
+def test_control_token_markers_are_matched_as_their_ids(engine: LlamaCppEngine,
+                                                        guides: Guides) -> None:
+    """A format whose markers are control tokens (SmolLM2's `<|im_end|>` stands in for
+    DeepSeek's `<｜tool▁calls▁begin｜>`): the grammar forces the id; no text spells it."""
+    grammar = structured.tagged([("<|im_end|>f:", {"type": "integer"}, "t", "")],
+                                parallel=False, param="tools")
+    m = guides.compile(grammar).deep_copy()
+    assert "<[2]>" in lark_of(grammar, guides._specials)
+    ids = [2, *engine.llama.tokenize("f:7", parse_special=False)]
+    assert m.consume_tokens(ids) and m.is_accepting()
+    text = guides.compile(grammar).deep_copy()
+    assert not text.consume_tokens(engine.llama.tokenize("<|im_end|>f:7", parse_special=False))

@@ -101,8 +101,25 @@ def lark_of(grammar: Grammar, specials: Mapping[str, int] | None = None) -> str:
     """The grammar in llguidance's Lark: a JSON schema's value, the client's GBNF, or tagged
     spans (tool calls): exactly one (`parallel`: one or more, `separator` apart) inside the
     `section`; lazy (`triggers`): free text until a trigger, the spans from the trigger on,
-    nothing after. `specials`: control tokens' texts and ids, matched as ids."""
+    nothing after. `specials`: control tokens' texts and ids, matched as ids. A grammar with
+    `reasoning` holds after the model's reasoning: free text up to the end marker (from the
+    start marker, unless the prompt opened it), then whitespace, then the grammar (vLLM starts
+    its grammar where its reasoning parser sees the reasoning end, likewise)."""
     specials = specials or {}
+    text = _lark(grammar, specials)
+    if grammar.reasoning is None:
+        return text
+    start, end, inside = grammar.reasoning
+    text = re.sub(r"^start:", "answer:", text, count=1, flags=re.MULTILINE)
+    opened = "" if inside else f"{_literal(start, specials)} "
+    lines = [f"start: {opened}thought GAP answer" if inside
+             else f"start: answer | {opened}thought GAP answer",
+             f"thought[lazy]: THOUGHT {_literal(end, specials)}",
+             "THOUGHT: /(.|\n)*/", "GAP: /[ \t\r\n]*/"]
+    return "\n".join(lines) + "\n" + text
+
+
+def _lark(grammar: Grammar, specials: Mapping[str, int]) -> str:
     if grammar.json_schema is not None:
         text, _ = _unique(grammar)
         body = json.dumps(_schema(text or "", grammar.param), ensure_ascii=False)

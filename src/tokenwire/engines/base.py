@@ -89,6 +89,10 @@ class Grammar:
     section: tuple[str, str] = ("", "")
     """Tags: what opens and closes the spans together (DeepSeek's `<｜tool▁calls▁begin｜>`...);
     a lazy grammar's trigger begins the opening, where there is one."""
+    reasoning: tuple[str, str, bool] | None = None
+    """The model reasons first (its start and end markers, and whether the prompt opened the
+    reasoning): the grammar holds from the end of the reasoning on (engines that can say so:
+    `EngineInfo.grammar_after_reasoning`)."""
     param: str = "grammar"
     """The request field it was built from (named when it cannot be enforced)."""
 
@@ -246,6 +250,9 @@ class EngineInfo:
     """Can constrain decoding by a `Grammar` that holds from the first token."""
     supports_lazy_grammar: bool = True
     """Can constrain decoding by a lazy `Grammar` (one that starts at a trigger word)."""
+    grammar_after_reasoning: bool = False
+    """Honours a `Grammar`'s `reasoning` (holds from the end of the model's reasoning); others
+    are given grammars without it, which hold from the first token."""
     logprobs_mode: str | None = None
     """What its logprobs are (vLLM's `--logprobs-mode` names), where known."""
     sampling_mask: bool = False

@@ -228,6 +228,7 @@ class LlamaCppEngine:
             max_sequences=self._n_parallel + self._max_queued,
             logprobs_mode=self._logprobs_mode,
             sampling_mask=self._sampling_mask,
+            grammar_after_reasoning=True,
         )
 
     @staticmethod

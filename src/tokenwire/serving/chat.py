@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..config import Settings
@@ -210,6 +210,17 @@ def _check_translatable(req: ChatCompletionRequest, constraints: Constraints) ->
                 "tokenizer_fallback 'translate'", param=param)
 
 
+def _after_reasoning(constraints: Constraints, model: ServedModel, prompt: list[int],
+                     inside: bool) -> Constraints:
+    """A grammar holds after the model's reasoning (on an engine that can say so), unless the
+    prompt closed the reasoning already (Qwen3's `enable_thinking: false`)."""
+    fmt, grammar = model.reasoning, constraints.grammar
+    if fmt is None or grammar is None or not model.engine.info.grammar_after_reasoning \
+            or not (inside or not fmt.closed(model.tokenizer, prompt)):
+        return constraints
+    return replace(constraints, grammar=replace(grammar, reasoning=(fmt.start, fmt.end, inside)))
+
+
 def _unconstrained(model: str) -> ResponseWarning:
     return ResponseWarning(
         code="tool_calls_unconstrained", param="tool_choice",
@@ -317,6 +328,7 @@ class ChatService(GenerationService):
         if model.reasoning is not None:
             _check_hidden_reasoning(req)
             reasoning = (model.reasoning, model.reasoning.starts_inside(model.tokenizer, prompt))
+            constraints = _after_reasoning(constraints, model, prompt, reasoning[1])
         return ChatPlan(req=req, model=model, space=space, conv=conv, constraints=constraints,
                      budget=budget, prompt=prompt, extras=extras, echo=_echo(req, space),
                      reasoning=reasoning,

@@ -64,6 +64,14 @@ class ReasoningFormat:
         tail = tokenizer.decode(prompt[-64:])
         return tail.rfind(self.start) > tail.rfind(self.end)
 
+    def closed(self, tokenizer: Tokenizer, prompt: Sequence[int]) -> bool:
+        """Does the generation prompt close the reasoning itself (an end marker among its last
+        ids: Qwen3's `<think>\\n\\n</think>\\n\\n` under `enable_thinking: false`)?"""
+        tail = prompt[-_CLOSED_WITHIN:]
+        if self.end_id is not None:
+            return self.end_id in tail
+        return self.end in tokenizer.decode(tail)
+
     def strip(self, tokenizer: Tokenizer, ids: Sequence[int]) -> list[int]:
         """A sampled turn's ids without its reasoning: the markers, what lies between them,
         and the newline-only ids right after the end marker (what `content.split('</think>')
@@ -89,6 +97,9 @@ class ReasoningFormat:
             after_marker = part == "marker"
         return out
 
+
+_CLOSED_WITHIN = 8
+"""How near its end a generation prompt that closes the reasoning has the end marker."""
 
 #: template text -> (vLLM's parser name, start marker, end marker), the first that matches
 _FORMATS = [("deepseek_r1", "<｜Assistant｜>", "<think>", "</think>"),

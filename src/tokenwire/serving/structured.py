@@ -221,7 +221,8 @@ def resolve_constraints(req: ChatCompletionRequest, info: EngineInfo, model: str
         raise UnsupportedParameterError(
             f"model {model!r}'s chat template writes tool calls in a format tokenwire does not "
             f"parse (its parsers: {', '.join(PARSERS)}; the server's tool_call_parser setting "
-            "names one)", param="tools")
+            "names one); tool_choice 'none' renders the tools without parsing calls, as vLLM "
+            "does without a tool parser", param="tools")
     specs = [(t.function.name, t.function.parameters, f"tools[{i}].function.parameters")
              for i, t in enumerate(tools)]
     if isinstance(choice, NamedToolChoice):
