@@ -73,12 +73,14 @@ class Family:
     calls: str | None = None
     """The tool-call format found in the template (vLLM's parser name; None: refused)."""
     marker: int | None = None
-    """A control id the format's grammar must sample (a marker no text can spell)."""
+    """A marker's id the format's grammar must sample (a control token, which no text spells,
+    or a user-defined one, Qwen's `<tool_call>`: forced as the token the model samples for it,
+    not spelled in ordinary pieces)."""
 
 
 FAMILIES = [
     Family("qwen2.5", "qwen2", "Qwen-Qwen2.5-7B-Instruct.jinja", QWEN_MARKERS, tools=True,
-           calls="hermes"),
+           calls="hermes", marker=151657),
     Family("qwen3.5", QWEN35, "Qwen3.5-4B.jinja", tools=True, keeps_generation_prompt=False),
     Family("llama3.1", "llama-bpe", "meta-llama-Llama-3.1-8B-Instruct.jinja", LLAMA31_MARKERS,
            tools=True, trims="<|eot_id|>", calls="llama3_json"),

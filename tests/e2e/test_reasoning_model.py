@@ -280,3 +280,36 @@ def test_a_required_call_and_a_schema_hold_after_the_reasoning(
     assert isinstance(json.loads(msg.content or "")["answer"], int)  # the schema held
     if embedded:
         assert extra(msg).get("reasoning")  # after a thought the schema did not touch
+
+
+def test_a_thinking_budget_cuts_the_thought_and_the_model_answers(
+        client: openai.OpenAI, model: str, server: Upstream) -> None:
+    """vLLM's `thinking_token_budget` (and Anthropic's `budget_tokens`, which vLLM maps to it):
+    after that many tokens of reasoning `</think>` is forced and the model goes on to its
+    answer. The embedded engine bounds it; an engine that cannot refuses it by name."""
+    if "--upstream" in server.cmd:
+        with pytest.raises(openai.BadRequestError) as exc:
+            chat(client, model, ASK, extra_body={"thinking_token_budget": 4})
+        assert exc.value.body["param"] == "thinking_token_budget"  # type: ignore[index]
+        return
+    free = chat(client, model, ASK)
+    assert free.usage.completion_tokens_details.reasoning_tokens > 4
+    cut = chat(client, model, ASK, extra_body={"thinking_token_budget": 4})
+    msg = cut.choices[0].message
+    assert cut.usage.completion_tokens_details.reasoning_tokens == 4
+    assert len(extra(msg)["reasoning_token_ids"]) == 4
+    thought = extra(free.choices[0].message)["reasoning_token_ids"]
+    assert extra(msg)["reasoning_token_ids"] == thought[:4]  # greedy: the same start, cut
+    assert msg.content or msg.tool_calls  # and then it answered
+    with anthropic.Anthropic(base_url=server.url, api_key="unused", max_retries=0) as c:
+        m = c.messages.create(
+            model=model, max_tokens=120, messages=[{"role": "user", "content": ASK[0]["content"]}],
+            thinking={"type": "enabled", "budget_tokens": 4},
+            extra_body={"temperature": 0, "response_format_tokens": True})
+        assert m.content[0].type == "thinking"
+        assert len(m.content[0].token_ids) <= 6  # type: ignore[union-attr]  # 4 and the markers
+        with pytest.raises(anthropic.BadRequestError) as bad:
+            c.messages.create(model=model, max_tokens=20, messages=[{"role": "user",
+                                                                    "content": "Hi"}],
+                              thinking={"type": "enabled", "budget_tokens": -1})
+        assert bad.value.body["error"]["details"]["param"] == "thinking.budget_tokens"  # type: ignore[index]

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tokenwire.engines._guide import Guides, lark_of
-from tokenwire.engines.base import Grammar, SamplingParams
+from tokenwire.engines.base import Grammar, SamplingParams, Thought
 from tokenwire.engines.llamacpp import LlamaCppEngine
 from tokenwire.engines.upstream.gbnf import tags_gbnf
 from tokenwire.engines.upstream.grammar import (
@@ -316,13 +316,13 @@ def test_a_grammar_with_reasoning_holds_after_the_thought(engine: LlamaCppEngine
               "required": ["city"], "additionalProperties": False}
     required = HERMES.grammar([("w", schema, "t0")], parallel=False, lazy=False)
     call = '<tool_call>\n{"name": "w", "arguments": {"city": "Paris"}}\n</tool_call>'
-    after = dataclasses.replace(required, reasoning=("<think>", "</think>", False))
+    after = dataclasses.replace(required, reasoning=Thought("<think>", "</think>", False))
     ok = lambda g, t: _accepts(guides, engine, g, t)  # noqa: E731
     assert ok(after, f"<think>\nI should call <tool_call> w.\n</think>\n\n{call}")
     assert ok(after, call) and not ok(required, f"<think>\nhm\n</think>\n\n{call}")
     assert not ok(after, "<think>\nhm\n</think>\n\nIt is sunny.")  # the answer is still bound
     inside = dataclasses.replace(structured.schema(schema, "s"),
-                                 reasoning=("<think>", "</think>", True))
+                                 reasoning=Thought("<think>", "</think>", True))
     assert ok(inside, 'The prompt opened it.</think>\n{"city": "Rome"}')
     assert not ok(inside, '{"city": "Rome"}')  # the prompt opened the thought: it must end
 
@@ -340,3 +340,23 @@ def test_control_token_markers_are_matched_as_their_ids(engine: LlamaCppEngine,
     assert m.consume_tokens(ids) and m.is_accepting()
     text = guides.compile(grammar).deep_copy()
     assert not text.consume_tokens(engine.llama.tokenize("<|im_end|>f:7", parse_special=False))
+
+
+@pytest.mark.engine
+def test_a_reasoning_budget_forces_the_end_marker(engine: LlamaCppEngine,
+                                                  guides: Guides) -> None:
+    """vLLM's `thinking_token_budget` on the embedded engine: after that many tokens of thought
+    the end marker is all the grammar allows; an answer of any text follows."""
+    budget = Grammar(reasoning=Thought("<think>", "</think>", False, budget=5))
+    ok = lambda t: _accepts(guides, engine, budget, t)  # noqa: E731
+    assert ok("<think>a b</think>\n\nAny answer, free.") and ok("<think></think>Quick.")
+    assert not ok("No thought at all.")  # bounded, the thought is required (it may be empty)
+    assert not ok("<think>one two three four five six</think>ok")  # six tokens of thought
+    m = guides.compile(budget).deep_copy()
+    assert m.consume_tokens(engine.llama.tokenize("<think>one two three four five",
+                                                  parse_special=False))
+    forced = m.compute_ff_tokens()
+    head = b"".join(engine.llama.piece(i) for i in forced)
+    assert len(head) > 1 and b"</think>".startswith(head)  # its last byte may merge onward
+    assert m.consume_tokens(forced) and not m.consume_tokens(
+        engine.llama.tokenize(" six", parse_special=False))

@@ -18,7 +18,7 @@ import json
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import llama_cpp as L
@@ -67,8 +67,10 @@ def _schema(text: str, param: str) -> Any:
 
 
 def _literal(text: str, specials: Mapping[str, int]) -> str:
-    """`text` as Lark, a control token's text as its id (`<[id]>`): no text can produce a
-    control token, so a format's control-token markers are matched as the tokens themselves."""
+    """`text` as Lark, a marker token's text as its id (`<[id]>`): no text can produce a
+    control token, and text forced by a grammar is spelled by the tokenizer's ordinary pieces,
+    so a format's markers (control or user-defined tokens) are forced as the tokens the model
+    itself samples for them."""
     if not text:
         return '""'
     found = [m for m in specials if m in text]
@@ -97,29 +99,48 @@ def _unique(grammar: Grammar) -> tuple[str | None, list[Path]]:
     return json.dumps(schema, ensure_ascii=False), paths
 
 
-def lark_of(grammar: Grammar, specials: Mapping[str, int] | None = None) -> str:
+def lark_of(grammar: Grammar, specials: Mapping[str, int] | None = None,
+            control: Collection[str] = ()) -> str:
     """The grammar in llguidance's Lark: a JSON schema's value, the client's GBNF, or tagged
     spans (tool calls): exactly one (`parallel`: one or more, `separator` apart) inside the
     `section`; lazy (`triggers`): free text until a trigger, the spans from the trigger on,
-    nothing after. `specials`: control tokens' texts and ids, matched as ids. A grammar with
-    `reasoning` holds after the model's reasoning: free text up to the end marker (from the
-    start marker, unless the prompt opened it), then whitespace, then the grammar (vLLM starts
-    its grammar where its reasoning parser sees the reasoning end, likewise)."""
+    nothing after. `specials`: marker tokens' texts and ids, matched as ids (`control`: those
+    that no text spells, control tokens; the others, user-defined tokens, are text too). A
+    grammar with `reasoning` holds after the model's reasoning: free text up to the end marker
+    (from the start marker, unless the prompt opened it; required under a budget), then
+    whitespace, then the grammar (vLLM starts its grammar where its reasoning parser sees the
+    reasoning end, likewise)."""
     specials = specials or {}
-    text = _lark(grammar, specials)
+    text = _lark(grammar, specials, control)
     if grammar.reasoning is None:
         return text
-    start, end, inside = grammar.reasoning
+    thought = grammar.reasoning
     text = re.sub(r"^start:", "answer:", text, count=1, flags=re.MULTILINE)
-    opened = "" if inside else f"{_literal(start, specials)} "
-    lines = [f"start: {opened}thought GAP answer" if inside
-             else f"start: answer | {opened}thought GAP answer",
-             f"thought[lazy]: THOUGHT {_literal(end, specials)}",
-             "THOUGHT: /(.|\n)*/", "GAP: /[ \t\r\n]*/"]
+    opened = "" if thought.inside else f"{_literal(thought.start, specials)} "
+    end = _literal(thought.end, specials)
+    cap = f"max_tokens={thought.budget}" if thought.budget is not None else ""
+    if thought.end in specials:
+        # the marker is one token: the thought is any text without the marker's (a control
+        # token's, no text spells), so that token alone ends it
+        text_re = "/(.|\\n)*/"
+        if thought.end not in control:
+            marker = re.escape(thought.end).replace("/", "\\/")
+            text_re += f" & ~/(.|\\n)*{marker}(.|\\n)*/"
+        rule = f"thought{f'[{cap}]' if cap else ''}: THOUGHT\nTHOUGHT: {text_re}"
+    else:  # text over several tokens: the thought stops where the marker's text begins
+        stop = f"stop={json.dumps(thought.end, ensure_ascii=False)}"
+        rule = f"thought[{', '.join(a for a in (stop, cap) if a)}]: /(.|\\n)*/"
+    # a budget ends the thought after that many tokens, and then the marker is all that may
+    # follow; bounded, the thought is required (free text after none would be unbounded)
+    lines = [f"start: {opened}thought {end} GAP answer" if thought.inside
+             or thought.budget is not None else f"start: answer | {opened}thought {end} GAP answer",
+             rule, "GAP: /[ \\t\\r\\n]*/"]
     return "\n".join(lines) + "\n" + text
 
 
-def _lark(grammar: Grammar, specials: Mapping[str, int]) -> str:
+def _lark(grammar: Grammar, specials: Mapping[str, int], control: Collection[str]) -> str:
+    if grammar.json_schema is None and grammar.gbnf is None and not grammar.tags:
+        return "start: /(.|\\n)*/\n"  # any text (a reasoning budget alone)
     if grammar.json_schema is not None:
         text, _ = _unique(grammar)
         body = json.dumps(_schema(text or "", grammar.param), ensure_ascii=False)
@@ -145,8 +166,10 @@ def _lark(grammar: Grammar, specials: Mapping[str, int]) -> str:
     # of a tag (or of the section's opening) that begins with that trigger
     firsts = []
     for k, word in enumerate(grammar.triggers):
-        head = f"head_{k}[lazy]: TEXT {_literal(word, specials)}"
-        if word in specials:  # a control token ends the text by itself: no lazy lexeme
+        # the text lazily up to the trigger as text (a user-defined token's text is text);
+        # a control token ends the text by itself: no lazy lexeme
+        head = f"head_{k}[lazy]: TEXT {json.dumps(word, ensure_ascii=False)}"
+        if word in control:
             head = f"head_{k}: TEXT {_literal(word, specials)}"
         lines.append(head)
         if opening:
@@ -204,7 +227,7 @@ def _refusal(grammar: Grammar, error: str) -> GuideError:
 
 
 def _index(vocab: Any, n_vocab: int, eos: list[int]
-           ) -> tuple[llguidance.LLTokenizer, dict[str, int]]:
+           ) -> tuple[llguidance.LLTokenizer, dict[str, int], frozenset[str]]:
     """llguidance's reading of llama.cpp's vocabulary: its `llamacpp.lltokenizer_from_vocab`,
     except that only control tokens are special. A user-defined token (Qwen's `<tool_call>`,
     SmolLM2's `<file_sep>`) stays its text, which grammar literals and free text match, as
@@ -214,20 +237,24 @@ def _index(vocab: Any, n_vocab: int, eos: list[int]
     buf = ctypes.create_string_buffer(size + 1)
     tokens = []
     specials: dict[str, int] = {}
+    control: set[str] = set()
     for t in range(n_vocab):
         n = L.llama_token_to_piece(vocab, t, buf, size, 0, True)
         if n < 0:
             raise ValueError(f"token {t} does not fit {size} bytes")
         piece = buf.raw[:n]
-        if L.llama_vocab_get_attr(vocab, t) & L.LLAMA_TOKEN_ATTR_CONTROL:
+        attr = L.llama_vocab_get_attr(vocab, t)
+        if attr & (L.LLAMA_TOKEN_ATTR_CONTROL | L.LLAMA_TOKEN_ATTR_USER_DEFINED):
             specials.setdefault(piece.decode(errors="replace"), t)
+        if attr & L.LLAMA_TOKEN_ATTR_CONTROL:
+            control.add(piece.decode(errors="replace"))
             piece = b"\xff" + piece  # llguidance's mark of a special token
         tokens.append(piece)
     tokenize = ctypes.cast(L.llama_cpp._lib.llama_tokenize, ctypes.c_void_p).value
     index: llguidance.LLTokenizer = llguidance.LLTokenizer.from_llamacpp(  # type: ignore[attr-defined]
         tokens=tokens, vocab_ptr=vocab, tokenize_fptr=tokenize, eos_token=eos, slices=None)
     specials.pop("", None)
-    return index, specials
+    return index, specials, frozenset(control)
 
 
 class Guides:
@@ -242,6 +269,7 @@ class Guides:
         self._lock = lock or threading.Lock()  # held while llama.cpp's vocabulary is read
         self._tokenizer: llguidance.LLTokenizer | None = None
         self._specials: dict[str, int] = {}
+        self._control: frozenset[str] = frozenset()
         self._compiled: OrderedDict[str, llguidance.LLMatcher] = OrderedDict()
         self._quoted: list[tuple[int, bytes]] | None = None
         self._guard = threading.Lock()
@@ -250,8 +278,8 @@ class Guides:
         with self._guard:
             if self._tokenizer is None:
                 with self._lock:
-                    self._tokenizer, self._specials = _index(self._vocab, self._n_vocab,
-                                                             self._eos)
+                    self._tokenizer, self._specials, self._control = _index(
+                        self._vocab, self._n_vocab, self._eos)
             return self._tokenizer
 
     @property
@@ -266,7 +294,7 @@ class Guides:
     def compile(self, grammar: Grammar) -> llguidance.LLMatcher:
         """The grammar's matcher at its start (shared: `start` copies it); raises `GuideError`."""
         self._tok()
-        text = lark_of(grammar, self._specials)
+        text = lark_of(grammar, self._specials, self._control)
         with self._guard:
             hit = self._compiled.get(text)
             if hit is not None:

@@ -67,6 +67,19 @@ class StructuralTag:
 
 
 @dataclass(frozen=True)
+class Thought:
+    """The reasoning a grammar lets the model write first: free text between its markers."""
+
+    start: str
+    end: str
+    inside: bool
+    """The prompt opened it (the model starts inside it)."""
+    budget: int | None = None
+    """Most tokens of reasoning (vLLM's `thinking_token_budget`): then the end marker is
+    forced."""
+
+
+@dataclass(frozen=True)
 class Grammar:
     """What a constrained output must follow, in the request's own terms (exactly one of a JSON
     schema, a client's GBNF, or tagged spans); each engine spells it for its grammar library:
@@ -75,7 +88,7 @@ class Grammar:
 
     json_schema: str | None = None
     """The output is one JSON value valid against this schema (JSON text); json_object mode is
-    `{"type": "object"}`."""
+    `{"type": "object"}`. (None of the three: any text, which only a `reasoning` bounds.)"""
     gbnf: str | None = None
     """A client's own grammar, in llama.cpp's GBNF (vLLM's `structured_outputs.grammar`)."""
     tags: tuple[StructuralTag, ...] = ()
@@ -89,10 +102,9 @@ class Grammar:
     section: tuple[str, str] = ("", "")
     """Tags: what opens and closes the spans together (DeepSeek's `<｜tool▁calls▁begin｜>`...);
     a lazy grammar's trigger begins the opening, where there is one."""
-    reasoning: tuple[str, str, bool] | None = None
-    """The model reasons first (its start and end markers, and whether the prompt opened the
-    reasoning): the grammar holds from the end of the reasoning on (engines that can say so:
-    `EngineInfo.grammar_after_reasoning`)."""
+    reasoning: Thought | None = None
+    """The model reasons first: the grammar holds from the end of its reasoning on (engines
+    that can say so: `EngineInfo.grammar_after_reasoning`)."""
     param: str = "grammar"
     """The request field it was built from (named when it cannot be enforced)."""
 

@@ -260,13 +260,15 @@ class CountTokensRequest(RequestModel):
     tool_choice: ToolChoice | None = None
     """Checked by /v1/messages; a count reads it not (it does not change the prompt)."""
     thinking: dict[str, Any] | None = None
+    """`{"type": "enabled", "budget_tokens": N}` (vLLM's `thinking_token_budget`), `disabled`
+    (the template's `enable_thinking: false`), `adaptive` (the model's own depth): checked by
+    serving/anthropic/input.py."""
     cache_control: dict[str, Any] | None = None
     output_config: _OutputConfig | None = None
     """Checked by /v1/messages; a count reads it not (it does not change the prompt)."""
     speed: str | None = None
 
     unsupported: ClassVar[dict[str, tuple[Any, ...]]] = {
-        "thinking": (None, {"type": "disabled"}),
         "speed": (None, "standard"),
     }
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BeforeValidator, Discriminator, Field, Tag, model_validator
+from pydantic import BeforeValidator, Discriminator, Field, Tag, field_validator, model_validator
 
 from ._base import RequestModel, ResponseModel
 from .common import (
@@ -233,9 +233,18 @@ class ChatCompletionRequest(VllmSamplingFields):
     reasoning_effort: str | None = None
     web_search_options: Any = None
 
+    thinking_token_budget: Annotated[int, Field(ge=-1)] | None = None
+    """vLLM's: most tokens of reasoning, then the end marker is forced (-1: no bound)."""
+
+    @field_validator("thinking_token_budget")
+    @classmethod
+    def _unbounded(cls, v: int | None) -> int | None:
+        return None if v == -1 else v  # vLLM's `validate_thinking_token_budget`
+
     unsupported: ClassVar[dict[str, tuple[Any, ...]]] = {
         # field -> values that mean "feature off"
-        **VllmSamplingFields.unsupported,
+        **{k: v for k, v in VllmSamplingFields.unsupported.items()
+           if k != "thinking_token_budget"},
         "add_special_tokens": (None, False),
         "documents": (None, []),
         "chat_template": (None,),

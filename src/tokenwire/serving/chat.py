@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..config import Settings
-from ..engines.base import TokenEvent
+from ..engines.base import Grammar, Thought, TokenEvent
 from ..engines.upstream.grammar import structural_tag
 from ..errors import InvalidRequestError, UnsupportedParameterError
 from ..metrics import Metrics
@@ -210,15 +210,25 @@ def _check_translatable(req: ChatCompletionRequest, constraints: Constraints) ->
                 "tokenizer_fallback 'translate'", param=param)
 
 
-def _after_reasoning(constraints: Constraints, model: ServedModel, prompt: list[int],
-                     inside: bool) -> Constraints:
+def _after_reasoning(req: ChatCompletionRequest, constraints: Constraints, model: ServedModel,
+                     prompt: list[int], inside: bool) -> Constraints:
     """A grammar holds after the model's reasoning (on an engine that can say so), unless the
-    prompt closed the reasoning already (Qwen3's `enable_thinking: false`)."""
-    fmt, grammar = model.reasoning, constraints.grammar
-    if fmt is None or grammar is None or not model.engine.info.grammar_after_reasoning \
+    prompt closed the reasoning already (Qwen3's `enable_thinking: false`); a reasoning budget
+    (`thinking_token_budget`, vLLM's) is such a grammar too, which only bounds the thought."""
+    fmt, grammar, budget = model.reasoning, constraints.grammar, req.thinking_token_budget
+    if budget is not None and (fmt is None or not model.engine.info.grammar_after_reasoning):
+        raise UnsupportedParameterError(
+            f"model {model.id!r} does not reason" if fmt is None else
+            f"model {model.id!r} is served by an engine that cannot bound its reasoning (the "
+            "embedded engine can; vLLM with its own --reasoning-parser reads the field itself)",
+            param="thinking_token_budget")
+    if fmt is None or (grammar is None and budget is None) \
+            or not model.engine.info.grammar_after_reasoning \
             or not (inside or not fmt.closed(model.tokenizer, prompt)):
         return constraints
-    return replace(constraints, grammar=replace(grammar, reasoning=(fmt.start, fmt.end, inside)))
+    thought = Thought(fmt.start, fmt.end, inside, budget)
+    return replace(constraints, grammar=replace(grammar or Grammar(param="thinking_token_budget"),
+                                                reasoning=thought))
 
 
 def _unconstrained(model: str) -> ResponseWarning:
@@ -328,7 +338,8 @@ class ChatService(GenerationService):
         if model.reasoning is not None:
             _check_hidden_reasoning(req)
             reasoning = (model.reasoning, model.reasoning.starts_inside(model.tokenizer, prompt))
-            constraints = _after_reasoning(constraints, model, prompt, reasoning[1])
+        constraints = _after_reasoning(req, constraints, model, prompt,
+                                       reasoning is not None and reasoning[1])
         return ChatPlan(req=req, model=model, space=space, conv=conv, constraints=constraints,
                      budget=budget, prompt=prompt, extras=extras, echo=_echo(req, space),
                      reasoning=reasoning,
@@ -398,7 +409,12 @@ class ChatService(GenerationService):
                 ("include_stop_str_in_output", req.include_stop_str_in_output, False)):
             if value != neutral:
                 sp[key] = value
+        if req.thinking_token_budget is not None:
+            sp["thinking_token_budget"] = req.thinking_token_budget
         grammar = plan.constraints.grammar
+        if grammar is not None and grammar.reasoning is not None and not (
+                grammar.json_schema or grammar.gbnf or grammar.tags):
+            grammar = None  # only the budget's: vLLM's field says it
         if grammar is not None and not grammar.lazy:  # as vLLM reads it
             sp["structured_outputs"] = {"json": json.loads(grammar.json_schema)} \
                 if grammar.json_schema is not None \

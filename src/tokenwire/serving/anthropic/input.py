@@ -58,7 +58,7 @@ _TOP = (
     (r"parallel_tool_calls", "tool_choice.disable_parallel_tool_use"),
     (r"response_format\.json_schema\.schema", "output_config.format.schema"),
     (r"response_format", "output_config.format"), (r"user", "metadata.user_id"),
-    (r"reasoning_effort", "thinking"),
+    (r"reasoning_effort", "thinking"), (r"thinking_token_budget", "thinking.budget_tokens"),
 )
 _CHOICE: dict[str, ToolChoice] = {"auto": "auto", "any": "required", "none": "none"}
 _CALL = ((".function.arguments", ".input"), (".function.name", ".name"), (".function", ""),
@@ -262,6 +262,28 @@ def check_request(req: CountTokensRequest) -> None:
                                             param=name)
     if req.output_config is not None:
         _neutral(req.output_config, "output_config")
+    _thinking(req)
+
+
+def _thinking(req: CountTokensRequest) -> int | None:
+    """`thinking` as vLLM's Messages API reads it (anthropic/serving.py): `enabled` is a
+    reasoning budget of `budget_tokens`, `disabled` turns thinking off, `adaptive` pins
+    nothing; anything else is refused by name."""
+    t = req.thinking
+    if t is None or t == {"type": "disabled"} or t == {"type": "adaptive"}:
+        return None
+    if not isinstance(t, dict) or t.get("type") != "enabled":
+        raise InvalidRequestError("thinking.type must be 'enabled', 'disabled' or 'adaptive'",
+                                  param="thinking.type", code="invalid_value")
+    budget = t.get("budget_tokens")
+    if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
+        raise InvalidRequestError("thinking.budget_tokens must be a non-negative integer",
+                                  param="thinking.budget_tokens", code="invalid_value")
+    for key in t:
+        if key not in ("type", "budget_tokens"):
+            raise UnsupportedParameterError(f"{key!r} is not supported by this server",
+                                            param=f"thinking.{key}")
+    return budget
 
 
 def is_error_warning(paths: list[str]) -> ResponseWarning:
@@ -290,5 +312,6 @@ def to_chat_request(req: MessagesRequest) -> tuple[ChatCompletionRequest, ParamM
         user=req.metadata.user_id if req.metadata is not None else None,
         add_generation_prompt=not prefill, continue_final_message=prefill,
         reasoning_effort="none" if req.thinking == {"type": "disabled"} else None,
+        thinking_token_budget=_thinking(req),
     )
     return chat, pm, errors
