@@ -67,9 +67,6 @@ class Family:
     trims: str | None = None
     """The end-of-turn marker after an assistant content the template `| trim`s (Llama 3.1's):
     its sampled ids lose the whitespace at their ends (docs/api.md)."""
-    keeps_generation_prompt: bool = True
-    """An assistant turn in history starts as the generation prompt did (DeepSeek-R1's drops the
-    `<think>\n` it prompts with: the next prompt is no extension of the last, issue 37)."""
     calls: str | None = None
     """The tool-call format found in the template (vLLM's parser name; None: refused)."""
     marker: int | None = None
@@ -81,7 +78,7 @@ class Family:
 FAMILIES = [
     Family("qwen2.5", "qwen2", "Qwen-Qwen2.5-7B-Instruct.jinja", QWEN_MARKERS, tools=True,
            calls="hermes", marker=151657),
-    Family("qwen3.5", QWEN35, "Qwen3.5-4B.jinja", tools=True, keeps_generation_prompt=False),
+    Family("qwen3.5", QWEN35, "Qwen3.5-4B.jinja", tools=True),
     Family("llama3.1", "llama-bpe", "meta-llama-Llama-3.1-8B-Instruct.jinja", LLAMA31_MARKERS,
            tools=True, trims="<|eot_id|>", calls="llama3_json"),
     Family("mistral", "llama-spm", "mistralai-Mistral-Nemo-Instruct-2407.jinja",
@@ -90,7 +87,7 @@ FAMILIES = [
            MISTRAL_V11_MARKERS, tools=True, calls="mistral", marker=32002),
     Family("deepseek-r1", "qwen2", "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja", R1_MARKERS,
            {"tokenizer.ggml.pre": "deepseek-r1-qwen", "tokenizer.ggml.bos_token_id": 151646,
-            "tokenizer.ggml.add_bos_token": True}, keeps_generation_prompt=False,
+            "tokenizer.ggml.add_bos_token": True},
            calls="deepseek_v3", marker=151657),
     Family("phi-3.5", "phi-3", "microsoft-Phi-3.5-mini-instruct.jinja", calls="hermes"),
 ]
@@ -249,62 +246,12 @@ def test_chats_with_ids_and_keeps_them(served: Served) -> None:
         assert ids[:len(prompt)] == prompt
         tail = text(ids[len(prompt):])
         assert tail.startswith(text(sampled).strip() + served.family.trims)
-    elif served.family.keeps_generation_prompt:
+    else:  # DeepSeek-R1's and Qwen 3.5's history drops the `<think>\n` their prompt opened:
+        # tokenwire puts it back before the sampled ids, so the prompt is an extension
         assert ids[:len(prompt)] == prompt
         assert ids[len(prompt):len(prompt) + len(sampled)] == sampled
-    else:  # the sampled ids are still there verbatim, after a shorter assistant header
-        assert ids[:len(prompt)] != prompt
-        at = next(k for k in range(len(ids)) if ids[k:k + len(sampled)] == sampled)
-        assert ids[:at] != prompt and at < len(prompt)
-
-
-BOUNDED = [{"type": "function", "function": {
-    "name": "get_weather", "description": "The weather in a city",
-    "parameters": {"type": "object", "properties": {"city": {"enum": ["Paris", "Rome"]}},
-                   "required": ["city"], "additionalProperties": False}}}]
-
-
-def test_a_required_call_is_written_in_the_family_format(served: Served) -> None:
-    """tool_choice "required" on a random network: the grammar makes it write one call in the
-    format its template writes (control-token markers sampled as their ids), the parser reads
-    it back, streamed and whole alike, and the call's ids go back into the next prompt verbatim.
-    A template whose format is not parsed here refuses `tools` by name."""
-    family, name = served.family, served.family.name
-    body = {"model": name, "messages": [{"role": "user", "content": "Weather in Paris?"}],
-            "tools": BOUNDED, "tool_choice": "required", "parallel_tool_calls": False,
-            "max_tokens": 60, "temperature": 0, "return_token_ids": True}
-    if family.calls is None:
-        r = httpx.post(f"{served.tokenwire.url}/v1/chat/completions", json=body, timeout=60)
-        assert r.status_code == 400 and r.json()["error"]["param"] == "tools", r.text
-        return
-    out = served.post("/v1/chat/completions", body)
-    choice = out["choices"][0]
-    [call] = choice["message"]["tool_calls"]
-    assert choice["finish_reason"] == "tool_calls" and call["function"]["name"] == "get_weather"
-    assert json.loads(call["function"]["arguments"])["city"] in ("Paris", "Rome")
-    sampled = choice["token_ids"]
-    if family.marker is not None:
-        assert family.marker in sampled  # the marker as its control id, never as text
-    if family.calls == "mistral":
-        assert len(call["id"]) == 9 and call["id"].isalnum()  # what Mistral's templates take
-    streamed, ids = "", []
-    with httpx.stream("POST", f"{served.tokenwire.url}/v1/chat/completions",
-                      json={**body, "stream": True}, timeout=60) as r:
-        for line in r.iter_lines():
-            if line.startswith("data: {"):
-                for c in json.loads(line[6:])["choices"]:
-                    ids += c.get("token_ids") or []
-                    for t in c["delta"].get("tool_calls") or []:
-                        streamed += t["function"].get("arguments") or ""
-    assert (ids, streamed) == (sampled, call["function"]["arguments"])
-    # the call's ids, and its end of turn, kept verbatim in the next turn's prompt
-    turn = [*body["messages"], {"role": "assistant", "token_ids": sampled}]
-    nxt = served.post("/v1/chat/completions/render", {
-        "model": name, "messages": turn, "tools": BOUNDED,
-        "tokenizer_version": _artifact(served)[0]["id"]})
-    at = next(k for k in range(len(nxt["token_ids"]))
-              if nxt["token_ids"][k:k + len(sampled)] == sampled)
-    assert all(nxt["sampled_mask"][at:at + len(sampled)])
+        assert nxt["sampled_mask"][len(prompt):len(prompt) + len(sampled)] == [1] * len(sampled)
+        assert not any(nxt["sampled_mask"][:len(prompt)])  # the opening is the prompt's
 
 
 def test_publishes_an_artifact_that_gives_the_same_ids(served: Served) -> None:

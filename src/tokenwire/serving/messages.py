@@ -7,7 +7,7 @@ chat endpoint feeds the model.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -198,7 +198,8 @@ def render_messages(messages: Sequence[ChatMessage], space: TokenSpace,
                     add_generation_prompt: bool = True, continue_final: bool = False,
                     variables: dict[str, Any] | None = None, control_ids: bool = False,
                     content_ends: frozenset[int] = frozenset(),
-                    fmt: ToolFormat = HERMES) -> Conversation:
+                    fmt: ToolFormat = HERMES,
+                    openings: Mapping[int, Sequence[int]] | None = None) -> Conversation:
     """The conversation in the model's ids. A template that renders tools gets them (and each
     call) as variables, its client strings marked as text; any other gets them in `fmt` (the
     model's tool format, Hermes's by default), rendered here as content text.
@@ -208,7 +209,11 @@ def render_messages(messages: Sequence[ChatMessage], space: TokenSpace,
     An assistant's `token_ids` that end with a control id end with its sampled end of turn
     (`ends_turn`), which must be the id the template closes the turn with; if it is not, a
     caller allowed control ids in messages (`control_ids`) has it kept as content (the
-    messages in `content_ends`), anyone else is refused."""
+    messages in `content_ends`), anyone else is refused. `openings`: ids the generation prompt
+    put before an assistant message's sampled ids (`<think>\\n`, where the template's prompt
+    opens the reasoning and its history does not), put back before them, in no span and not
+    sampled."""
+    openings = openings or {}
     enc = space.model.tokenizer.encode
     ended = {i: None if i in content_ends else _turn_end(m, i, space)
              for i, m in enumerate(messages)}
@@ -252,6 +257,8 @@ def render_messages(messages: Sequence[ChatMessage], space: TokenSpace,
                 ids = ids + enc(("\n" if ids else "") + tail)
         elif m.role == "tool" and not native:
             ids = enc(fmt.result_open) + ids + enc(fmt.result_close)
+        if i in openings:
+            ids = [*openings[i], *ids]
         out.append(TemplateMessage(m.role, ids, text=text, **extra))
         index.append(i)
     tool_vars = template.client_text(fmt.template_tools(tools)) if tools and native \
@@ -281,7 +288,8 @@ def render_messages(messages: Sequence[ChatMessage], space: TokenSpace,
                     return render_messages(
                         messages, space, template, tools=tools,
                         add_generation_prompt=add_generation_prompt, variables=variables,
-                        control_ids=True, content_ends=content_ends | {i}, fmt=fmt)
+                        control_ids=True, content_ends=content_ends | {i}, fmt=fmt,
+                        openings=openings)
                 raise InvalidRequestError(
                     f"messages[{i}].token_ids end with the control id {closer}, but the "
                     "chat template does not close the turn with it there"
@@ -290,6 +298,7 @@ def render_messages(messages: Sequence[ChatMessage], space: TokenSpace,
                     param=f"messages[{i}].token_ids[{len(messages[i].token_ids or []) - 1}]",
                     code="invalid_value")
             end += 1  # the template's end of turn is the id the model sampled
+        start += len(openings.get(i, ()))
         spans.append((i, start, end))
         if messages[i].token_ids is not None and messages[i].role == "assistant":
             sampled[start:end] = [1] * (end - start)

@@ -64,6 +64,33 @@ class ReasoningFormat:
         tail = tokenizer.decode(prompt[-64:])
         return tail.rfind(self.start) > tail.rfind(self.end)
 
+    def opened(self, tokenizer: Tokenizer, ids: Sequence[int]) -> bool:
+        """Do sampled ids begin inside the reasoning (an end marker before any start marker:
+        their prompt opened it, as DeepSeek-R1's and Qwen 3.5's generation prompts do)?"""
+        if self.start_id is not None and self.end_id is not None:
+            for i in ids:
+                if i == self.end_id:
+                    return True
+                if i == self.start_id:
+                    return False
+            return False
+        text = tokenizer.decode(ids)
+        end, start = text.find(self.end), text.find(self.start)
+        return end >= 0 and not 0 <= start < end
+
+    def opening(self, tokenizer: Tokenizer, prompt: Sequence[int]) -> list[int]:
+        """The ids a generation prompt that leaves the model inside its reasoning ends with,
+        from its start marker on (`<think>\\n`); [] for one that does not."""
+        if not self.starts_inside(tokenizer, prompt):
+            return []
+        if self.start_id is not None:
+            at = len(prompt) - 1 - list(reversed(prompt)).index(self.start_id)
+            return list(prompt[at:])
+        for at in range(len(prompt) - 1, -1, -1):  # the last id the marker's text begins in
+            if self.start in tokenizer.decode(prompt[at:]):
+                return list(prompt[at:])
+        return []
+
     def closed(self, tokenizer: Tokenizer, prompt: Sequence[int]) -> bool:
         """Does the generation prompt close the reasoning itself (an end marker among its last
         ids: Qwen3's `<think>\\n\\n</think>\\n\\n` under `enable_thinking: false`)?"""
@@ -79,9 +106,7 @@ class ReasoningFormat:
         it, done on ids: nothing is encoded again; a newline merged into the answer's first
         id stays)."""
         # a turn whose prompt opened the reasoning (R1's, Qwen 3.5's) starts inside it
-        text = tokenizer.decode(ids)
-        end, start = text.find(self.end), text.find(self.start)
-        split = ReasoningSplitter(tokenizer, self, inside=end >= 0 and not 0 <= start < end)
+        split = ReasoningSplitter(tokenizer, self, inside=self.opened(tokenizer, ids))
         runs = split.push(ids) + split.finish()
         out: list[int] = []
         after_marker = False
