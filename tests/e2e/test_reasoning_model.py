@@ -221,15 +221,22 @@ def test_responses_api_reasoning_item_then_call(client: openai.OpenAI, model: st
     assert "Paris" in thought.content[0].text  # type: ignore[union-attr, index]
     assert json.loads(call.arguments) == {"city": "Paris"}  # type: ignore[union-attr]
     assert r.usage is not None and r.usage.output_tokens_details.reasoning_tokens > 0
-    # Qwen3's template renders a last assistant turn with an empty reasoning block, and the
-    # same turn followed by a tool result without one: not prefix-stable, so the turn cannot be
-    # continued from its stored ids (serving/prefix.py); refused by name, never re-encoded
-    with pytest.raises(openai.BadRequestError) as refused:
-        client.responses.create(
-            model=model, previous_response_id=r.id, temperature=0, max_output_tokens=120,
-            input=[{"type": "function_call_output", "call_id": call.call_id,  # type: ignore[union-attr]
-                    "output": RESULT}])
-    assert refused.value.body["param"] == "previous_response_id"  # type: ignore[index]
+    # continued by id: Qwen3's template renders a last assistant turn with an empty reasoning
+    # block and the same turn followed by a tool result without one; the continuation is the
+    # previous prompt, every id it sampled (the reasoning too) and the turn's closing
+    r2 = client.responses.create(
+        model=model, previous_response_id=r.id, temperature=0, max_output_tokens=120,
+        input=[{"type": "function_call_output", "call_id": call.call_id,  # type: ignore[union-attr]
+                "output": RESULT}], include=["output.token_ids"])  # type: ignore[list-item]
+    text = "".join(c.text for item in r2.output if item.type == "message"
+                   for c in item.content)  # type: ignore[union-attr]
+    assert "18" in text and "sunny" in text  # it read the result
+    with httpx.Client(base_url=str(client.base_url), timeout=30) as h:
+        first = h.get(f"responses/{r.id}", params={"include[]": "input.token_ids"}).json()
+        second = h.get(f"responses/{r2.id}", params={"include[]": "input.token_ids"}).json()
+    sampled = [i for item in first["output"] for i in item["token_ids"]]
+    prompt = first["input_token_ids"]
+    assert second["input_token_ids"][:len(prompt) + len(sampled)] == prompt + sampled
 
 
 def test_messages_api_thinking_block_then_tool_use(server: Upstream, model: str) -> None:

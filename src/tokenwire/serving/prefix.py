@@ -3,10 +3,12 @@
 The new prompt is the previous prompt, what the model sampled after it, the ids the template
 closes that turn with, then the new turn as the template renders it: by construction, never by
 encoding the history again, so an engine's prefix cache finds the whole previous turn. The
-history is rendered once more only to learn where the previous turn ends and how the template
-closes it; that needs a template that renders a conversation prefix-stably (a longer
-conversation starts with the ids of a shorter one, as ChatML's and Gemma's do). One that does
-not is refused by name.
+history is rendered once more only to learn how the template closes the previous turn (the
+history alone, ending with it) and where the new turn begins (the whole conversation, after
+that closing). What the template writes before the previous turn's end does not matter, so a
+template that renders a turn one way when it is last and another when more follows (Qwen3's
+empty reasoning block) continues as well; one that closes the turn differently when more
+follows is refused by name.
 """
 
 from __future__ import annotations
@@ -31,24 +33,27 @@ class PromptPrefix:
 
 
 def continued(prefix: PromptPrefix, conv: Conversation, head: Conversation) -> Conversation:
-    """`conv` (every message, rendered) with its first `head.ids` (the prefix's messages
-    rendered alone, no generation prompt) replaced by the prefix's own ids and the template's
-    closing of the previous turn."""
-    if conv.ids[:len(head.ids)] != head.ids:
-        raise InvalidRequestError(
-            "the model's chat template does not render this conversation as an extension of "
-            "the previous response's, so it cannot continue from its ids: send the history as "
-            "input instead", param="previous_response_id", code="invalid_value")
+    """`conv` (every message, rendered) up to the end of the previous turn's closing replaced by
+    the prefix's own ids and that closing (as `head`, the prefix's messages rendered alone, no
+    generation prompt, ends)."""
     ends = [end for i, _, end in head.spans if i == prefix.messages - 1]
-    if not ends:
+    there = [end for i, _, end in conv.spans if i == prefix.messages - 1]
+    if not ends or not there:
         raise InvalidRequestError(
             "the model's chat template does not print the previous response's turn, so it "
             "cannot continue from its ids", param="previous_response_id", code="invalid_value")
     closing = head.ids[max(ends):]
+    at = max(there)
+    if conv.ids[at:at + len(closing)] != closing:
+        raise InvalidRequestError(
+            "the model's chat template closes the previous response's turn differently once "
+            "more follows it, so it cannot continue from its ids: send the history as input "
+            "instead", param="previous_response_id", code="invalid_value")
+    rest = at + len(closing)
     kept = [*prefix.prompt, *prefix.sampled, *closing]
-    shift = len(kept) - len(head.ids)
+    shift = len(kept) - rest
     return Conversation(
-        ids=kept + conv.ids[len(head.ids):],
+        ids=kept + conv.ids[rest:],
         spans=[(i, a + shift, b + shift) for i, a, b in conv.spans if i >= prefix.messages],
         sampled=[0] * len(prefix.prompt) + [1] * len(prefix.sampled) + [0] * len(closing)
-        + conv.sampled[len(head.ids):])
+        + conv.sampled[rest:])

@@ -155,7 +155,15 @@ def continue_from(record: StoredResponse, chat: ChatCompletionRequest, pm: Param
     """The chat request of the whole conversation (the stored history, the previous output,
     then this request's messages) and the prefix that stands for the first two; `pm` is
     shifted so errors still name this request's fields."""
-    history = [ChatMessage.model_validate(m) for m in record.messages] + [_said(record)]
+    said = _said(record)
+    ids = list(record.output_ids)
+    if ids and max(ids) < record.vocab_size \
+            and chat.tokenizer_version in (None, record.tokenizer_version):
+        # the turn as its sampled ids (its calls are then not rendered again): only where the
+        # template closes it is read from the rendering, after them
+        said = said.model_copy(update={"token_ids": ids})
+        chat = chat.model_copy(update={"tokenizer_version": record.tokenizer_version})
+    history = [ChatMessage.model_validate(m) for m in record.messages] + [said]
     pm.prepend(len(history), "previous_response_id")
     prefix = PromptPrefix(prompt=record.prompt_ids, sampled=record.output_ids,
                           messages=len(history))
