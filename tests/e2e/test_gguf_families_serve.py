@@ -254,6 +254,55 @@ def test_chats_with_ids_and_keeps_them(served: Served) -> None:
         assert not any(nxt["sampled_mask"][:len(prompt)])  # the opening is the prompt's
 
 
+BOUNDED = [{"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"enum": ["Paris", "Rome"]}},
+                   "required": ["city"], "additionalProperties": False}}}]
+
+
+def test_a_required_call_is_written_in_the_family_format(served: Served) -> None:
+    """tool_choice "required" on a random network: the grammar makes it write one call in the
+    format its template writes (control-token markers sampled as their ids), the parser reads
+    it back, streamed and whole alike, and the call's ids go back into the next prompt verbatim.
+    A template whose format is not parsed here refuses `tools` by name."""
+    family, name = served.family, served.family.name
+    body = {"model": name, "messages": [{"role": "user", "content": "Weather in Paris?"}],
+            "tools": BOUNDED, "tool_choice": "required", "parallel_tool_calls": False,
+            "max_tokens": 60, "temperature": 0, "return_token_ids": True}
+    if family.calls is None:
+        r = httpx.post(f"{served.tokenwire.url}/v1/chat/completions", json=body, timeout=60)
+        assert r.status_code == 400 and r.json()["error"]["param"] == "tools", r.text
+        return
+    out = served.post("/v1/chat/completions", body)
+    choice = out["choices"][0]
+    [call] = choice["message"]["tool_calls"]
+    assert choice["finish_reason"] == "tool_calls" and call["function"]["name"] == "get_weather"
+    assert json.loads(call["function"]["arguments"])["city"] in ("Paris", "Rome")
+    sampled = choice["token_ids"]
+    if family.marker is not None:
+        assert family.marker in sampled  # the marker as its control id, never as text
+    if family.calls == "mistral":
+        assert len(call["id"]) == 9 and call["id"].isalnum()  # what Mistral's templates take
+    streamed, ids = "", []
+    with httpx.stream("POST", f"{served.tokenwire.url}/v1/chat/completions",
+                      json={**body, "stream": True}, timeout=60) as r:
+        for line in r.iter_lines():
+            if line.startswith("data: {"):
+                for c in json.loads(line[6:])["choices"]:
+                    ids += c.get("token_ids") or []
+                    for t in c["delta"].get("tool_calls") or []:
+                        streamed += t["function"].get("arguments") or ""
+    assert (ids, streamed) == (sampled, call["function"]["arguments"])
+    # the call's ids, and its end of turn, kept verbatim in the next turn's prompt
+    turn = [*body["messages"], {"role": "assistant", "token_ids": sampled}]
+    nxt = served.post("/v1/chat/completions/render", {
+        "model": name, "messages": turn, "tools": BOUNDED,
+        "tokenizer_version": _artifact(served)[0]["id"]})
+    at = next(k for k in range(len(nxt["token_ids"]))
+              if nxt["token_ids"][k:k + len(sampled)] == sampled)
+    assert all(nxt["sampled_mask"][at:at + len(sampled)])
+
+
 def test_publishes_an_artifact_that_gives_the_same_ids(served: Served) -> None:
     entry, artifact = _artifact(served)
     plain = Tokenizer.from_str(artifact)

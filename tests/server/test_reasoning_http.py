@@ -261,3 +261,49 @@ async def test_history_reasoning_is_client_text(client: httpx.AsyncClient) -> No
     r = await client.post("/v1/chat/completions", json={"model": MODEL, "messages": msgs})
     assert r.status_code == 400
     assert r.json()["error"]["param"].startswith("messages[1].reasoning")
+
+
+LEVELS_TEMPLATE = (
+    "{% if reasoning_effort is defined %}<|im_start|>system\nReasoning: {{ reasoning_effort }}"
+    "<|im_end|>\n{% endif %}{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}"
+    "<|im_end|>\n{% endfor %}<|im_start|>assistant\n"
+    "{% if enable_thinking is defined and not enable_thinking %}<think>\n\n</think>\n\n{% endif %}")
+"""A template that takes reasoning levels (as gpt-oss's "Reasoning: high") and the switch."""
+
+
+async def test_reasoning_levels_go_to_a_template_that_takes_them(
+        client: httpx.AsyncClient, gguf_info: TokenizerSource, registry: TokenizerRegistry,
+        tmp_path: Any) -> None:
+    """vLLM's mapping: `reasoning_effort` to a template that reads it, and `enable_thinking`
+    (false only for "none"); a level the template cannot take is refused by name, never
+    dropped; Responses' `reasoning.effort` is the same field, and summaries are refused."""
+    r = await client.post("/v1/chat/completions", json=body(reasoning_effort="high"))
+    assert r.status_code == 400 and r.json()["error"]["param"] == "reasoning_effort", r.text
+    r = await client.post("/v1/chat/completions", json=body(reasoning_effort="ultra"))
+    assert r.status_code == 400 and r.json()["error"]["param"] == "reasoning_effort", r.text
+    for bad, param in (({"effort": "high"}, "reasoning.effort"),
+                       ({"effort": None, "summary": "auto"}, "reasoning.summary")):
+        r = await client.post("/v1/responses", json={"model": MODEL, "input": "2 + 2?",
+                                                     "reasoning": bad})
+        assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
+
+    path = tmp_path / "levels.jinja"
+    path.write_text(LEVELS_TEMPLATE)
+    tok = gguf_info.tokenizer
+    settings = Settings(tokenizer_store=tmp_path / "store2", chat_template=path)
+    entry = registry.register(tok, aliases=[tok.family], chat_template=gguf_info.chat_template,
+                              bos_id=gguf_info.bos_id, eos_id=gguf_info.eos_id,
+                              add_bos=gguf_info.add_bos)
+    models = ModelRegistry()
+    template = load_template(settings, gguf_info)
+    models.add(ServedModel(id=MODEL, engine=FakeEngine(vocab_size=tok.vocab_size, eog_id=2,
+                                                       script=tok.encode(OUTPUT)),
+                           tokenizer_entry=entry, template=template,
+                           reasoning=reasoning_format(None, tok, "qwen3")))
+    async with serve_in_process(create_app(settings, models=models, tokenizers=registry)) as c:
+        for effort, shown in (("high", "Reasoning: high"), ("none", "<think>\n\n</think>")):
+            r = await c.post("/v1/chat/completions/render", json=body(reasoning_effort=effort))
+            assert r.status_code == 200, r.text
+            assert shown in tok.decode(r.json()["token_ids"])
+        r = await c.post("/v1/chat/completions/render", json=body())
+        assert "Reasoning:" not in tok.decode(r.json()["token_ids"])  # unset: not sent

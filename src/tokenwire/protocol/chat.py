@@ -230,7 +230,11 @@ class ChatCompletionRequest(VllmSamplingFields):
     modalities: list[str] | None = None
     audio: Any = None
     prediction: Any = None
-    reasoning_effort: str | None = None
+    reasoning_effort: Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"] | None \
+        = None
+    """vLLM's levels: a chat template that reads `reasoning_effort` (gpt-oss's, Cohere's) gets
+    it; "none" is `enable_thinking: false` where the template has that switch; a level that the
+    template cannot take is refused by name (serving/chat.py `_thinking_switch`)."""
     web_search_options: Any = None
 
     thinking_token_budget: Annotated[int, Field(ge=-1)] | None = None
@@ -255,7 +259,6 @@ class ChatCompletionRequest(VllmSamplingFields):
         "modalities": (None, ["text"]),
         "audio": (None,),
         "prediction": (None,),
-        "reasoning_effort": (None, "none"),  # "none": serving/chat.py `_thinking_switch`
         "web_search_options": (None,),
     }
 

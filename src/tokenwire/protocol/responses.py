@@ -313,6 +313,8 @@ class ResponsesRequest(RequestModel):
     background: bool | None = None
     prompt: Any = None
     reasoning: dict[str, Any] | None = None
+    """`{"effort": ...}`: chat's `reasoning_effort` (its levels, what a template can take);
+    summaries are not made (`summary` other than null is refused)."""
     truncation: Literal["auto", "disabled"] | None = None
     context_management: list[Any] | None = None
     prompt_cache_options: dict[str, Any] | None = None
@@ -323,7 +325,6 @@ class ResponsesRequest(RequestModel):
         "conversation": (None,),
         "background": (None, False),
         "prompt": (None,),
-        "reasoning": (None, {}, {"effort": None}, {"effort": "none"}),
         "truncation": (None, "disabled"),
         "context_management": (None, []),
         "prompt_cache_options": (None, {}),

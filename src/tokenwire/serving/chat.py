@@ -8,6 +8,7 @@ then returns the iterator of chunks, so every error it can raise happens before 
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass, replace
@@ -161,21 +162,37 @@ def _check_hidden_reasoning(req: ChatCompletionRequest) -> None:
 
 def _thinking_switch(req: ChatCompletionRequest, model: ServedModel,
                      template: ChatTemplate) -> dict[str, Any] | None:
-    """The template variables, with `reasoning_effort: "none"` (Messages' `thinking: disabled`,
-    Responses' `reasoning.effort: "none"`) as `enable_thinking: false`, as vLLM maps it, where
-    the model reasons; a template with no such switch cannot honour it."""
-    kwargs = req.chat_template_kwargs
-    if req.reasoning_effort != "none" or model.reasoning is None:
-        return kwargs
-    if "enable_thinking" not in template.source:
+    """The template variables with `reasoning_effort` as vLLM passes it: to a template that
+    reads it (gpt-oss's "Reasoning: high"), and as `enable_thinking` (false for "none", else
+    true) to one with that switch, unless `chat_template_kwargs` set it. "none" also means
+    `reasoning_effort: "none"`, Messages' `thinking: disabled`, Responses' `reasoning.effort:
+    "none"`. A level the template cannot take (no `reasoning_effort` variable: Qwen3's has only
+    the switch) is refused by name, never dropped."""
+    kwargs, effort = dict(req.chat_template_kwargs or {}), req.reasoning_effort
+    if effort is None:
+        return req.chat_template_kwargs
+    levels = re.search(r"\breasoning_effort\b", template.source) is not None
+    switch = "enable_thinking" in template.source
+    if levels:
+        kwargs.setdefault("reasoning_effort", effort)
+    elif effort != "none":
+        raise UnsupportedParameterError(
+            f"model {model.id!r}'s chat template takes no reasoning level (it reads no "
+            "`reasoning_effort`)" + (": only 'none' turns its thinking off" if switch else ""),
+            param="reasoning_effort")
+    elif model.reasoning is None:
+        return req.chat_template_kwargs  # nothing to turn off
+    elif not switch:
         raise UnsupportedParameterError(
             f"model {model.id!r} reasons, and its chat template has no switch to turn that off "
             "(`enable_thinking`)", param="reasoning_effort")
-    if (kwargs or {}).get("enable_thinking", False) is not False:
-        raise InvalidRequestError(
-            "reasoning_effort 'none' turns thinking off, which chat_template_kwargs."
-            "enable_thinking turns on", param="reasoning_effort", code="invalid_value")
-    return {**(kwargs or {}), "enable_thinking": False}
+    if switch:
+        if effort == "none" and kwargs.get("enable_thinking", False) is not False:
+            raise InvalidRequestError(
+                "reasoning_effort 'none' turns thinking off, which chat_template_kwargs."
+                "enable_thinking turns on", param="reasoning_effort", code="invalid_value")
+        kwargs.setdefault("enable_thinking", effort != "none")
+    return kwargs
 
 
 def _drop_reasoning(req: ChatCompletionRequest, fmt: ReasoningFormat,

@@ -204,6 +204,10 @@ def check_request(req: ResponsesRequest) -> None:
         if getattr(req, name) not in neutral:
             raise UnsupportedParameterError(f"{name!r} is not supported by this server",
                                             param=name)
+    for key, value in (req.reasoning or {}).items():
+        if key != "effort" and value is not None:  # summary, generate_summary
+            raise UnsupportedParameterError("reasoning summaries are not made by this server",
+                                            param=f"reasoning.{key}")
     seen: set[str] = set()
     for i, item in enumerate(req.input if isinstance(req.input, list) else []):
         if item.id is not None:  # kept responses list their items by id (`after`)
@@ -233,6 +237,6 @@ def to_chat_request(req: ResponsesRequest) -> tuple[ChatCompletionRequest, Param
         tools=_tools(req), tool_choice=_tool_choice(req),
         parallel_tool_calls=req.parallel_tool_calls is not False,
         response_format=_response_format(req),
-        reasoning_effort="none" if (req.reasoning or {}).get("effort") == "none" else None,
+        reasoning_effort=(req.reasoning or {}).get("effort"),
     )
     return chat, pm
