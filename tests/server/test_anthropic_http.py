@@ -222,7 +222,11 @@ async def test_count_tokens_is_the_prompt_messages_runs(
     ({"max_tokens": 0}, "max_tokens", "invalid_value"),
     ({"stop_sequences": ["a", "b", "c", "d", "e"]}, "stop_sequences", "invalid_value"),
     ({"temperature": 1.5}, "temperature", "invalid_value"),
-    ({"thinking": {"type": "enabled", "budget_tokens": 1024}}, "thinking",
+    # a budget for a model that does not reason (vLLM's thinking_token_budget, by its name here)
+    ({"thinking": {"type": "enabled", "budget_tokens": 1024}}, "thinking.budget_tokens",
+     "unsupported_parameter"),
+    ({"thinking": {"type": "sometimes"}}, "thinking.type", "invalid_value"),
+    ({"thinking": {"type": "enabled", "budget_tokens": 8, "display": "x"}}, "thinking.display",
      "unsupported_parameter"),
     ({"tools": [{"type": "web_search_20250305", "name": "web_search", "max_uses": 3}]},
      "tools[0].type", "unsupported_parameter"),

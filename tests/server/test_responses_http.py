@@ -263,7 +263,8 @@ def second_version(registry: TokenizerRegistry) -> str:
 @pytest.mark.parametrize(("payload", "expected"), [
     (req(frobnicate=1), ("unknown_parameter", "frobnicate")),
     (req(background=True), ("unsupported_parameter", "background")),
-    (req(reasoning={"effort": "high"}), ("unsupported_parameter", "reasoning")),
+    (req(reasoning={"effort": "high"}), ("unsupported_parameter", "reasoning.effort")),
+    (req(reasoning={"summary": "auto"}), ("unsupported_parameter", "reasoning.summary")),
     (req(truncation="auto"), ("unsupported_parameter", "truncation")),
     (req(tools=[{"type": "web_search"}]), ("unsupported_parameter", "tools[0].type")),
     (req(tool_choice={"type": "allowed_tools", "mode": "auto", "tools": []}),
