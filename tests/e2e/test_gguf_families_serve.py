@@ -303,6 +303,31 @@ def test_a_required_call_is_written_in_the_family_format(served: Served) -> None
     assert all(nxt["sampled_mask"][at:at + len(sampled)])
 
 
+def test_a_reasoning_block_the_template_adds_is_named(served: Served) -> None:
+    """Qwen 3.5's template writes an empty reasoning block before an assistant turn after the
+    last user message (an agent loop's): sent as sampled ids, the turn is kept as sent and a
+    warning names it; the same turn before a user message gets its prompt's opening back and
+    no warning."""
+    if served.family.name != "qwen3.5":
+        pytest.skip("Qwen 3.5's template is the one that adds the block")
+    name, entry = served.family.name, _artifact(served)[0]
+    sampled = served.post("/v1/tokenize", {"model": name, "prompt": "Look it up.</think>\n\nOK.",
+                                           "add_special_tokens": False})["tokens"]
+    user = {"role": "user", "content": "Weather?"}
+    turn = {"role": "assistant", "token_ids": sampled}
+    loop = served.post("/v1/chat/completions/render", {
+        "model": name, "tokenizer_version": entry["id"],
+        "messages": [user, {**turn, "tool_calls": [{"id": "c1", "type": "function", "function": {
+            "name": "get_weather", "arguments": "{}"}}]},
+                     {"role": "tool", "tool_call_id": "c1", "content": "sunny"}]})
+    [warning] = [w for w in loop.get("warnings") or [] if w["code"] == "reasoning_block_added"]
+    assert warning["param"] == "messages[1]"
+    chat = served.post("/v1/chat/completions/render", {
+        "model": name, "tokenizer_version": entry["id"],
+        "messages": [user, turn, {"role": "user", "content": "And Rome?"}]})
+    assert not [w for w in chat.get("warnings") or [] if w["code"] == "reasoning_block_added"]
+
+
 def test_publishes_an_artifact_that_gives_the_same_ids(served: Served) -> None:
     entry, artifact = _artifact(served)
     plain = Tokenizer.from_str(artifact)

@@ -33,6 +33,7 @@ from ..protocol.common import ResponseWarning, Usage
 from ..protocol.render import RenderResponse
 from ..protocol.tools import DeltaFunction, DeltaToolCall, ResponseFunction, ResponseToolCall
 from ..storage import StoredCompletion
+from ..tokenizers.base import Tokenizer
 from ..tokenizers.conversions import Reason, conversion_reason
 from ..tokenizers.registry import TokenizerRegistry
 from .checks import check_generation_request
@@ -242,6 +243,29 @@ def _openings(req: ChatCompletionRequest, model: ServedModel, template: ChatTemp
             if opening and req.messages[i].token_ids[:len(opening)] != opening}  # type: ignore[index]
 
 
+def _rewrapped(req: ChatCompletionRequest, conv: Conversation, fmt: ReasoningFormat,
+               tok: Tokenizer, openings: dict[int, list[int]]) -> list[ResponseWarning]:
+    """Assistant turns sent as sampled ids before which the template wrote a reasoning block of
+    its own (Qwen 3.5's, for a turn after the last user message: `<think>\\n\\n</think>\\n\\n`):
+    the ids are kept as sent, the model did not see that block, and the client is told which
+    turn (the render endpoint's spans show where)."""
+    out = []
+    for i, start, _ in conv.spans:
+        m = req.messages[i]
+        if m.role != "assistant" or not m.token_ids:
+            continue
+        before = conv.ids[max(0, start - len(openings.get(i, ())) - 4):
+                          start - len(openings.get(i, ()))]
+        if fmt.end_id in before if fmt.end_id is not None else fmt.end in tok.decode(before):
+            out.append(ResponseWarning(
+                code="reasoning_block_added", param=f"messages[{i}]", message_index=i,
+                message=f"the chat template wrote a reasoning block of its own before "
+                        f"messages[{i}]'s sampled ids, which the model did not see there: "
+                        "the prompt is not the last prompt and the sampled ids (send the turn "
+                        "with keep_reasoning false, or as text)"))
+    return out
+
+
 def _check_translatable(req: ChatCompletionRequest, constraints: Constraints) -> None:
     """What names the model's own ids (or needs them untouched) cannot be combined with
     `tokenizer_fallback: "translate"`, where the client's ids are another tokenizer's."""
@@ -358,6 +382,9 @@ class ChatService(GenerationService):
         conv = render_messages(req.messages, space, template,
                                add_generation_prompt=req.add_generation_prompt,
                                continue_final=req.continue_final_message, **how)
+        if model.reasoning is not None:
+            wrapped = _rewrapped(req, conv, model.reasoning, model.tokenizer, how["openings"])
+            warnings = [*(warnings or []), *wrapped] if wrapped else warnings
         if prefix is not None:
             head = render_messages(req.messages[:prefix.messages], space, template,
                                    add_generation_prompt=False, **how)
