@@ -294,7 +294,7 @@ def _parser() -> argparse.ArgumentParser:
                    "deepseek_r1")
     s.add_argument("--tool-call-parser", help="the format tool calls are written in: auto "
                    "(from the chat template, the default), hermes, llama3_json, mistral, "
-                   "deepseek_v3, deepseek_v31")
+                   "deepseek_v3, deepseek_v31, qwen3_coder")
     s.add_argument("--host")
     s.add_argument("--port", type=int)
     s.add_argument("--served-model-name")

@@ -359,7 +359,7 @@ class Settings(BaseSettings):
         "(`<think>` ... `</think>`), `none` never splits (docs/api.md)."
     )
     tool_call_parser: Literal["auto", "hermes", "llama3_json", "mistral", "deepseek_v3",
-                              "deepseek_v31"] = Field(
+                              "deepseek_v31", "qwen3_coder"] = Field(
         "auto", description="The format tool calls are written in (vLLM's "
         "`--tool-call-parser` names): `auto` finds it in the chat template (Hermes's for a "
         "template that does not render tools); a template that writes calls in none of these "

@@ -24,12 +24,14 @@ from tests.ggufmodels import (
     MISTRAL_V11_MARKERS,
     QWEN_MARKERS,
     R1_MARKERS,
+    qwen35_vocabulary,
     tiny_model,
 )
 from tokenwire.engines.base import TokenEvent
 from tokenwire.serving.output import OutputDecoder
 from tokenwire.serving.template import ChatTemplate, TemplateMessage
-from tokenwire.serving.toolcalls import FORMATS, PARSERS, ToolCallParser, tool_format
+from tokenwire.serving.toolcalls import FORMATS, PARSERS, tool_format
+from tokenwire.serving.toolcalls.qwen3_xml import QWEN3_XML
 from tokenwire.tokenizers.gguf import tokenizer_from_gguf
 
 CALLS = [("get_weather", {"city": "Paris", "unit": "celsius"}),
@@ -59,6 +61,8 @@ CASES = [
     ("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja", "qwen2", R1_MARKERS, "deepseek_v3", True),
     ("llama-cpp-deepseek-r1.jinja", "qwen2", R1_MARKERS, "deepseek_v3", True),
     ("deepseek-ai-DeepSeek-V3.1.jinja", "qwen2", R1_MARKERS, "deepseek_v31", True),
+    ("Qwen3.5-4B.jinja", "qwen35", {}, "qwen3_coder", True),
+    ("Qwen3-Coder.jinja", "qwen2", QWEN_MARKERS, "qwen3_coder", True),
 ]
 
 
@@ -85,7 +89,7 @@ def _turn(template: ChatTemplate, tok: Any, calls: list[tuple[str, dict[str, Any
 
 
 def _parse(fmt: Any, tok: Any, ids: list[int]) -> tuple[str, list[tuple[str, Any]], list[int]]:
-    decoder, parser = OutputDecoder(tok), ToolCallParser(fmt)
+    decoder, parser = OutputDecoder(tok), fmt.parser()
     content, out = "", []
     for i in ids:
         d = parser.push(decoder.push(TokenEvent(i, None)))
@@ -103,8 +107,9 @@ def test_the_template_writes_calls_the_parser_reads_back(
     source = (llama_cpp_models / "templates" / name).read_text(encoding="utf-8")
     fmt = tool_format(source)
     assert fmt is not None and fmt.name == parser
-    model = tiny_model(tmp_path / "m.gguf", llama_cpp_models / f"ggml-vocab-{vocab}.gguf",
-                       template=source, markers=markers, name="t")
+    path = qwen35_vocabulary(tmp_path / "q35.gguf") if vocab == "qwen35" \
+        else llama_cpp_models / f"ggml-vocab-{vocab}.gguf"
+    model = tiny_model(tmp_path / "m.gguf", path, template=source, markers=markers, name="t")
     tok = tokenizer_from_gguf(model).tokenizer
     template = ChatTemplate(source, tok, bos_id=None, eos_id=None, add_bos=False)
     calls = CALLS if parallel else CALLS[:1]
@@ -126,7 +131,7 @@ def test_each_format_reads_what_it_writes_however_it_is_split(fmt: Any) -> None:
         "name": n, "arguments": json.dumps(a, ensure_ascii=False)}}) for n, a in CALLS]
     text = fmt.calls_text("Let me check.", calls)
     for step in (len(text), 1, 2, 3, 7):
-        p = ToolCallParser(fmt)
+        p = fmt.parser()
         content, ids = "", []
         for k in range(0, len(text), step):
             d = p.push(Delta(ids=[k], text=text[k:k + step]))
@@ -139,12 +144,23 @@ def test_each_format_reads_what_it_writes_however_it_is_split(fmt: Any) -> None:
 
 
 def test_the_parser_names_are_vllms() -> None:
-    assert PARSERS == ("deepseek_v31", "deepseek_v3", "mistral", "hermes", "llama3_json")
+    assert PARSERS == ("deepseek_v31", "deepseek_v3", "mistral", "qwen3_coder", "hermes",
+                       "llama3_json")
 
 
-def test_xml_calls_are_not_taken_for_hermes(llama_cpp_models: Path) -> None:
-    """Qwen 3.5's and Qwen3-Coder's `<tool_call><function=...>` calls are not Hermes's JSON."""
+def test_xml_calls_are_qwen3_coders_not_hermes(llama_cpp_models: Path) -> None:
+    """Qwen 3.5's and Qwen3-Coder's `<tool_call><function=...>` calls are not Hermes's JSON;
+    their arguments are made as vLLM 0.32 makes them: every value its text, a string."""
     for name in ("Qwen3.5-4B.jinja", "Qwen3-Coder.jinja"):
         source = (llama_cpp_models / "templates" / name).read_text(encoding="utf-8")
-        assert tool_format(source) is None
-        assert tool_format(source, "hermes") is not None  # unless the server names one
+        fmt = tool_format(source)
+        assert fmt is not None and fmt.name == "qwen3_coder"
+    from tokenwire.serving.output import Delta
+
+    p = QWEN3_XML.parser()
+    text = ("I will look.\n<tool_call>\n<function=f>\n<parameter=n>\n12\n</parameter>\n"
+            "<parameter=s>\nline one\nline \"two\"\n\n</parameter>\n</function>\n</tool_call>")
+    d = p.push(Delta(ids=[0], text=text), last=True)
+    assert d.content == "I will look." and d.ids == [0]
+    assert [(c.name, json.loads(c.arguments)) for c in p.calls] == [
+        ("f", {"n": "12", "s": 'line one\nline "two"\n'})]  # one newline trimmed each side

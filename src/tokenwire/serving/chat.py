@@ -79,7 +79,7 @@ from .stored import StoredCompletions
 from .structured import Constraints, resolve_constraints
 from .template import ChatTemplate, TemplateMessage
 from .tokens import IdSpan, TokenSpace, check_id_range
-from .toolcalls import HERMES, CallPiece, ParsedDelta, ToolCallParser
+from .toolcalls import HERMES, CallParser, CallPiece, ParsedDelta
 
 __all__ = ["ChatPlan", "ChatService", "PromptPrefix"]
 
@@ -110,12 +110,12 @@ class ChatPlan(Plan):
             env["template_version"] = self.model.template_version
         return env
 
-    def parser(self) -> ToolCallParser | None:
+    def parser(self) -> CallParser | None:
         if not self.constraints.parse_tools:
             return None
-        return ToolCallParser(self.model.tools or HERMES)
+        return (self.model.tools or HERMES).parser()
 
-    def finish_reason(self, reason: str | None, parser: ToolCallParser | None) -> Any:
+    def finish_reason(self, reason: str | None, parser: CallParser | None) -> Any:
         """A choice that made calls ends with "tool_calls" (a named tool_choice: "stop", as
         OpenAI's); "length" stays "length"."""
         if reason == "stop" and parser is not None and parser.calls \

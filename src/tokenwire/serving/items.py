@@ -43,7 +43,7 @@ from ..protocol.responses import (
 from .chat import ChatPlan
 from .generation import ChoiceUpdate, wire_spans
 from .logprobs import chat_logprobs
-from .toolcalls import ToolCallParser
+from .toolcalls import CallParser
 
 __all__ = ["ItemAssembler", "new_id"]
 
@@ -56,7 +56,7 @@ class ItemAssembler:
     """Choice updates in, events out; `response` is the response as far as it got (its
     `output` is filled here; the caller made the rest)."""
 
-    def __init__(self, plan: ChatPlan, parser: ToolCallParser | None, response: Response, *,
+    def __init__(self, plan: ChatPlan, parser: CallParser | None, response: Response, *,
                  ids: bool, logprobs: bool):
         self._plan = plan
         self._parser = parser

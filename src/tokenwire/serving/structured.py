@@ -239,6 +239,7 @@ def resolve_constraints(req: ChatCompletionRequest, info: EngineInfo, model: str
         if not info.supports_lazy_grammar:
             # the model may still call: its output is parsed, unconstrained (docs/api.md)
             return Constraints(parse_tools=True, unconstrained=True)
+        # a format whose calls have no lazy grammar (Qwen's XML) is parsed, not enforced
         return Constraints(grammar=calls.grammar(specs, parallel=parallel, lazy=True),
                            parse_tools=True)
     if not info.supports_grammar:

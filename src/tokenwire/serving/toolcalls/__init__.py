@@ -12,32 +12,25 @@ from .format import ToolFormat
 from .hermes import HERMES
 from .llama3 import LLAMA3_JSON
 from .mistral import MISTRAL, MISTRAL_ARGS
-from .parser import CallPiece, ParsedCall, ParsedDelta, ToolCallParser
+from .parser import CallParser, CallPiece, ParsedCall, ParsedDelta, ToolCallParser
+from .qwen3_xml import QWEN3_XML
 
 if TYPE_CHECKING:
     from ..template import ChatTemplate
 
-__all__ = ["FORMATS", "HERMES", "PARSERS", "CallPiece", "ParsedCall", "ParsedDelta",
+__all__ = ["FORMATS", "HERMES", "PARSERS", "CallParser", "CallPiece", "ParsedCall", "ParsedDelta",
            "ToolCallParser", "ToolFormat", "template_version", "tool_format"]
 
-FORMATS = (DEEPSEEK_V31, DEEPSEEK_V3, MISTRAL_ARGS, MISTRAL, HERMES, LLAMA3_JSON)
+FORMATS = (DEEPSEEK_V31, DEEPSEEK_V3, MISTRAL_ARGS, MISTRAL, QWEN3_XML, HERMES, LLAMA3_JSON)
 """In the order templates are matched against their signs (the more specific first)."""
 
 PARSERS = tuple(dict.fromkeys(f.name for f in FORMATS))
 """The tool-call parsers there are (vLLM's names)."""
 
 
-_UNPARSED = ("<function=",)
-"""Signs of formats not parsed here, that another's sign would match: Qwen3-Coder's, Qwen 3.5's
-and GLM's XML calls inside `<tool_call>` (each parameter's value is text that only its schema
-types: vLLM's `qwen3_coder` parser converts them; arguments as sampled JSON they are not)."""
-
-
 def tool_format(template: str | None, name: str | None = None) -> ToolFormat | None:
     """The format `name`d (for a template of the family, the variant it writes), or the one
     the template writes calls in; None for a template that writes calls in no format here."""
-    if name is None and template is not None and any(s in template for s in _UNPARSED):
-        return None
     named = [f for f in FORMATS if name is None or f.name == name]
     for f in named:
         if template is not None and f.sign in template:

@@ -23,6 +23,7 @@ import regex
 
 from ...engines.base import Grammar
 from ...protocol.tools import Tool, ToolCall
+from .parser import CallParser
 
 __all__ = ["ToolFormat", "call_id", "nine_char_id"]
 
@@ -118,6 +119,12 @@ class ToolFormat:
         return obj["name"], args if isinstance(args, str) else json.dumps(args,
                                                                          ensure_ascii=False)
 
+    def parser(self) -> CallParser:
+        """A parser of one choice's output in this format."""
+        from .parser import ToolCallParser
+
+        return ToolCallParser(self)
+
     # -- writing calls (a template that does not write them itself) --------------------------
 
     @property
@@ -161,7 +168,7 @@ class ToolFormat:
     # -- the grammar -------------------------------------------------------------------------
 
     def grammar(self, tools: Sequence[tuple[str, Mapping[str, Any] | None, str]], *,
-                parallel: bool, lazy: bool) -> Grammar:
+                parallel: bool, lazy: bool) -> Grammar | None:
         """One or more (`parallel`) calls of the named tools in this format; `lazy`: free text
         until a trigger (tool_choice "auto"). Each tool: (name, its parameters schema, the
         param path of that schema)."""

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from ...engines.base import TokenEvent
 from ..output import Delta
@@ -28,7 +28,7 @@ from ..output import Delta
 if TYPE_CHECKING:
     from .format import ToolFormat
 
-__all__ = ["CallPiece", "ParsedCall", "ParsedDelta", "ToolCallParser"]
+__all__ = ["CallParser", "CallPiece", "ParsedCall", "ParsedDelta", "ToolCallParser"]
 
 
 @dataclass
@@ -56,6 +56,16 @@ class ParsedDelta:
 
     def __bool__(self) -> bool:
         return bool(self.content or self.calls or self.ids)
+
+
+class CallParser(Protocol):
+    """What chat, Responses and Messages read of a format's parser."""
+
+    calls: list[ParsedCall]
+
+    def push(self, delta: Delta, *, last: bool = False) -> ParsedDelta: ...
+
+    def finish(self) -> ParsedDelta: ...
 
 
 _TEXT, _OPEN, _HEAD, _ARGS, _TAIL, _AFTER = range(6)
