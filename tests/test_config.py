@@ -216,3 +216,19 @@ def test_cli_serve_takes_several_models(capsys: pytest.CaptureFixture[str]) -> N
     err = capsys.readouterr().err
     assert err == "tokenwire serve: not starting: model 'nothing-1m' is neither a file nor a " \
         "shipped model (smollm2-135m, gemma3-270m, smollm2-think)\n", err
+
+
+def test_the_parser_settings_name_every_parser_there_is() -> None:
+    """`--reasoning-parser` and `--tool-call-parser` take exactly the parsers serving has (vLLM's
+    names), and `auto`; the reasoning one `none` too."""
+    from typing import get_args
+
+    from tokenwire.config import Settings
+    from tokenwire.serving.reasoning import PARSERS as REASONING
+    from tokenwire.serving.toolcalls import PARSERS as TOOLS
+
+    def choices(name: str) -> set[str]:
+        return set(get_args(Settings.model_fields[name].annotation))
+
+    assert choices("tool_call_parser") == {"auto", *TOOLS}
+    assert choices("reasoning_parser") == {"auto", "none", *REASONING}
