@@ -252,6 +252,9 @@ def test_chats_with_ids_and_keeps_them(served: Served) -> None:
         assert ids[len(prompt):len(prompt) + len(sampled)] == sampled
         assert nxt["sampled_mask"][len(prompt):len(prompt) + len(sampled)] == [1] * len(sampled)
         assert not any(nxt["sampled_mask"][:len(prompt)])  # the opening is the prompt's
+    # /v1/tokenize renders a conversation as chat does
+    assert served.post("/v1/tokenize", {"model": name, "messages": turn,
+                                        "tokenizer_version": entry["id"]})["tokens"] == ids
 
 
 BOUNDED = [{"type": "function", "function": {

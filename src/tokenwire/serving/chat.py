@@ -17,7 +17,7 @@ from typing import Any
 from ..config import Settings
 from ..engines.base import Grammar, Thought, TokenEvent
 from ..engines.upstream.grammar import structural_tag
-from ..errors import InvalidRequestError, TokenwireError, UnsupportedParameterError
+from ..errors import InvalidRequestError, UnsupportedParameterError
 from ..metrics import Metrics
 from ..protocol.chat import (
     ChatChoice,
@@ -54,6 +54,7 @@ from .messages import (
     message_id_spans,
     message_texts,
     render_messages,
+    sampled_openings,
     template_variables,
 )
 from .models import ModelRegistry, ServedModel
@@ -77,7 +78,7 @@ from .sampling import (
 )
 from .stored import StoredCompletions
 from .structured import Constraints, resolve_constraints
-from .template import ChatTemplate, TemplateMessage
+from .template import ChatTemplate
 from .tokens import IdSpan, TokenSpace, check_id_range
 from .toolcalls import HERMES, CallParser, CallPiece, ParsedDelta
 
@@ -213,36 +214,6 @@ def _drop_reasoning(req: ChatCompletionRequest, fmt: ReasoningFormat,
     return req.model_copy(update={"messages": messages})
 
 
-def _openings(req: ChatCompletionRequest, model: ServedModel, template: ChatTemplate,
-              variables: dict[str, Any] | None, space: TokenSpace) -> dict[int, list[int]]:
-    """What the template's generation prompt writes after the assistant's header that its
-    history does not write back (DeepSeek-R1's `<think>\\n`, with `</think>` too when thinking
-    is off; Qwen 3.5's `<think>\\n`: their history drops the reasoning): each assistant turn
-    sent as the ids it sampled gets those ids back before them, so the next prompt is the last
-    prompt and the sampled ids, exactly (by message index; a turn whose ids begin with them
-    already is left as sent)."""
-    if not req.keep_reasoning or space.translate:
-        return {}
-    turns = [i for i, m in enumerate(req.messages) if m.role == "assistant" and m.token_ids]
-    if not turns:
-        return {}
-    tok = model.tokenizer
-    probe = tok.encode("x")[:1]
-    user = TemplateMessage("user", [], text="?")
-    try:
-        prompt = template.render([user], variables=variables).ids
-        history = template.render([user, TemplateMessage("assistant", probe), user],
-                                  add_generation_prompt=False, variables=variables)
-    except TokenwireError:  # a template that will not render the probe: nothing to put back
-        return {}
-    at = next((a for k, a, _ in history.spans if k == 1), None)
-    if at is None or prompt[:at] != history.ids[:at]:
-        return {}
-    opening = prompt[at:]
-    return {i: opening for i in turns
-            if opening and req.messages[i].token_ids[:len(opening)] != opening}  # type: ignore[index]
-
-
 def _rewrapped(req: ChatCompletionRequest, conv: Conversation, fmt: ReasoningFormat,
                tok: Tokenizer, openings: dict[int, list[int]]) -> list[ResponseWarning]:
     """Assistant turns sent as sampled ids before which the template wrote a reasoning block of
@@ -376,7 +347,8 @@ class ChatService(GenerationService):
         variables = template_variables(_thinking_switch(req, model, template), template)
         how: dict[str, Any] = dict(
             tools=req.tools or [], fmt=model.tools or HERMES, variables=variables,
-            openings=_openings(req, model, template, variables, space),
+            openings=sampled_openings(req.messages, model.tokenizer, template, variables)
+            if req.keep_reasoning and not space.translate else {},
             control_ids=self._settings.allow_special_token_ids
             or self._settings.raw_prompts_allowed(caller.api_key))
         conv = render_messages(req.messages, space, template,

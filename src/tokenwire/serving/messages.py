@@ -11,11 +11,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import InvalidRequestError
+from ..errors import InvalidRequestError, TokenwireError
 from ..protocol.chat import ChatMessage, InputDocumentBlock, InputTokensBlock, TextBlock
 from ..protocol.common import ResponseWarning
 from ..protocol.render import MessageSpan
 from ..protocol.tools import Tool, ToolCall
+from ..tokenizers.base import Tokenizer
 from ..tokenizers.conversions import conversion_reason
 from .template import RESERVED, RESERVED_VARIABLES, ChatTemplate, TemplateMessage
 from .tokens import IdSpan, TokenSpace
@@ -191,6 +192,33 @@ def template_variables(kwargs: dict[str, Any] | None,
                 param=f"chat_template_kwargs.{key}", code="invalid_value")
     _check_client_text(kwargs, "chat_template_kwargs")
     return {k: template.client_text(v) for k, v in kwargs.items()}
+
+
+def sampled_openings(messages: Sequence[ChatMessage], tok: Tokenizer, template: ChatTemplate,
+                     variables: dict[str, Any] | None) -> dict[int, list[int]]:
+    """What the template's generation prompt writes after the assistant's header that its
+    history does not write back (DeepSeek-R1's `<think>\\n`, with `</think>` too when thinking
+    is off; Qwen 3.5's `<think>\\n`: their history drops the reasoning), by the index of each
+    assistant message sent as the ids it sampled: `render_messages` puts those ids back before
+    them, so the next prompt is the last prompt and the sampled ids, exactly (a turn whose ids
+    begin with them already is left as sent)."""
+    turns = [i for i, m in enumerate(messages) if m.role == "assistant" and m.token_ids]
+    if not turns:
+        return {}
+    probe = tok.encode("x")[:1]
+    user = TemplateMessage("user", [], text="?")
+    try:
+        prompt = template.render([user], variables=variables).ids
+        history = template.render([user, TemplateMessage("assistant", probe), user],
+                                  add_generation_prompt=False, variables=variables)
+    except TokenwireError:  # a template that will not render the probe: nothing to put back
+        return {}
+    at = next((a for k, a, _ in history.spans if k == 1), None)
+    if at is None or prompt[:at] != history.ids[:at]:
+        return {}
+    opening = prompt[at:]
+    return {i: opening for i in turns
+            if opening and (messages[i].token_ids or [])[:len(opening)] != opening}
 
 
 def render_messages(messages: Sequence[ChatMessage], space: TokenSpace,

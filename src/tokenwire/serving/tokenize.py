@@ -26,7 +26,7 @@ from ..tokenizers.conversions import conversion_reason
 from ..tokenizers.registry import TokenizerEntry, TokenizerRegistry
 from ..tokenizers.translate import translator
 from .guard import Guard
-from .messages import message_id_spans, render_messages
+from .messages import message_id_spans, render_messages, sampled_openings
 from .models import ModelRegistry, ServedModel
 from .plan import ANONYMOUS, Caller
 from .template import ChatTemplate
@@ -128,6 +128,8 @@ class TokenizeService:
             s = self._settings
             fmt = model.tools if model is not None and model.tools is not None else HERMES
             conv = render_messages(req.messages, space, template, tools=req.tools or [], fmt=fmt,
+                                   openings={} if space.translate else sampled_openings(
+                                       req.messages, tok, template, None),
                                    add_generation_prompt=req.add_generation_prompt,
                                    continue_final=req.continue_final_message,
                                    control_ids=s.allow_special_token_ids
