@@ -164,3 +164,24 @@ def test_xml_calls_are_qwen3_coders_not_hermes(llama_cpp_models: Path) -> None:
     assert d.content == "I will look." and d.ids == [0]
     assert [(c.name, json.loads(c.arguments)) for c in p.calls] == [
         ("f", {"n": "12", "s": 'line one\nline "two"\n'})]  # one newline trimmed each side
+
+
+@pytest.mark.parametrize(("name", "parser"), [
+    ("GLM-4.6.jinja", None), ("GLM-4.7-Flash.jinja", None), ("Spark2.5.jinja", None),
+    ("inclusionai-ling-3.0-flash.jinja", None), ("poolside-Laguna-XS.2.jinja", None),
+    ("unsloth-Apriel-1.5.jinja", None), ("MiniMax-M3.jinja", None),
+    ("deepseek-ai-DeepSeek-V3.2.jinja", None),
+    ("Reka-Edge.jinja", "hermes"), ("ibm-granite-granite-4.0.jinja", "hermes"),
+    ("Bielik-11B-v3.0-Instruct.jinja", "hermes"), ("MiMo-VL.jinja", "hermes"),
+    ("NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use.jinja", "hermes"),
+    ("NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.jinja", "qwen3_coder"),
+    ("StepFun3.5-Flash.jinja", "qwen3_coder"), ("meta-llama-Llama-3.2-3B-Instruct.jinja",
+                                                 "llama3_json"),
+])
+def test_each_template_is_read_in_its_own_format_or_refused(
+        name: str, parser: str | None, llama_cpp_models: Path) -> None:
+    """Most families write `<tool_call>`; only those whose call inside is Hermes's JSON are
+    read as Hermes, the others (GLM's `<arg_key>`, a name right after the tag, YAML, `<invoke>`)
+    are refused rather than misread."""
+    fmt = tool_format((llama_cpp_models / "templates" / name).read_text(encoding="utf-8"))
+    assert (fmt.name if fmt is not None else None) == parser

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import regex
+
 from .deepseek import DEEPSEEK_V3, DEEPSEEK_V31
 from .format import ToolFormat
 from .hermes import HERMES
@@ -28,9 +30,21 @@ PARSERS = tuple(dict.fromkeys(f.name for f in FORMATS))
 """The tool-call parsers there are (vLLM's names)."""
 
 
+_UNPARSED = [regex.compile(p) for p in (
+    r"<arg_key>",  # GLM 4.x: <tool_call>name<arg_key>k</arg_key><arg_value>v</arg_value>
+    r"<tool_call>'\s*[+~]\s*[\w.\[\]'\"]*name",  # the name right after the tag: GLM, Ling, Spark
+    r"\byaml object",  # Apriel: YAML inside <tool_call>
+    r"<invoke\b|invoke▁",  # MiniMax's and DeepSeek V3.2's <invoke name=...>
+)]
+"""Signs of formats not parsed here whose templates another's sign would match (most write
+`<tool_call>`, as Hermes's do): such a template refuses `tools` unless a parser is named."""
+
+
 def tool_format(template: str | None, name: str | None = None) -> ToolFormat | None:
     """The format `name`d (for a template of the family, the variant it writes), or the one
     the template writes calls in; None for a template that writes calls in no format here."""
+    if name is None and template is not None and any(u.search(template) for u in _UNPARSED):
+        return None
     named = [f for f in FORMATS if name is None or f.name == name]
     for f in named:
         if template is not None and f.sign in template:

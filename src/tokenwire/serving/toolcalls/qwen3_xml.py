@@ -1,5 +1,5 @@
-"""Qwen3-Coder's and Qwen 3.5's XML calls (vLLM's `qwen3_coder` / `qwen3_xml` parser; GLM and
-MiMo write the same shape):
+"""Qwen3-Coder's and Qwen 3.5's XML calls (vLLM's `qwen3_coder` / `qwen3_xml` parser; Nemotron 3
+Nano's and Step 3.5's templates write the same shape):
 
     <tool_call>
     <function=get_weather>
