@@ -232,3 +232,13 @@ def test_the_parser_settings_name_every_parser_there_is() -> None:
 
     assert choices("tool_call_parser") == {"auto", *TOOLS}
     assert choices("reasoning_parser") == {"auto", "none", *REASONING}
+
+
+def test_a_per_model_parser_that_does_not_exist_is_refused_by_name() -> None:
+    import pydantic
+
+    from tokenwire.config import ModelSpec
+
+    with pytest.raises(pydantic.ValidationError) as exc:
+        ModelSpec.parse("smollm2-135m,tool_call_parser=hemes")
+    assert exc.value.errors()[0]["loc"] == ("tool_call_parser",)

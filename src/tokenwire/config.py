@@ -111,6 +111,13 @@ def default_model_name(path: Path) -> str:
     return _QUANT_SUFFIX.sub("", path.stem)
 
 
+ReasoningParser = Literal["auto", "none", "qwen3", "deepseek_r1"]
+"""vLLM's `--reasoning-parser` names there are parsers for (serving/reasoning.py)."""
+ToolCallParserName = Literal["auto", "hermes", "llama3_json", "mistral", "deepseek_v3",
+                             "deepseek_v31", "qwen3_coder"]
+"""vLLM's `--tool-call-parser` names there are formats for (serving/toolcalls/)."""
+
+
 class ModelSpec(BaseModel):
     """One served model (embedded engine): where it comes from, its name, and the settings it
     does not take from the server's (None: the server-wide value)."""
@@ -127,8 +134,8 @@ class ModelSpec(BaseModel):
     max_queued: int | None = Field(None, ge=0)
     prefix_cache: bool | None = None
     chat_template: Path | None = None
-    reasoning_parser: str | None = None
-    tool_call_parser: str | None = None
+    reasoning_parser: ReasoningParser | None = None
+    tool_call_parser: ToolCallParserName | None = None
 
     @classmethod
     def parse(cls, text: str) -> ModelSpec:
@@ -353,13 +360,12 @@ class Settings(BaseSettings):
         None, description="A Jinja chat template file used instead of the model's own (e.g. "
         "one that renders tools; docs/api.md)."
     )
-    reasoning_parser: Literal["auto", "none", "qwen3", "deepseek_r1"] = Field(
+    reasoning_parser: ReasoningParser = Field(
         "auto", description="How the model's reasoning is split from its answer (vLLM's "
         "`--reasoning-parser` names): `auto` finds the format in the chat template "
         "(`<think>` ... `</think>`), `none` never splits (docs/api.md)."
     )
-    tool_call_parser: Literal["auto", "hermes", "llama3_json", "mistral", "deepseek_v3",
-                              "deepseek_v31", "qwen3_coder"] = Field(
+    tool_call_parser: ToolCallParserName = Field(
         "auto", description="The format tool calls are written in (vLLM's "
         "`--tool-call-parser` names): `auto` finds it in the chat template (Hermes's for a "
         "template that does not render tools); a template that writes calls in none of these "

@@ -265,6 +265,7 @@ def second_version(registry: TokenizerRegistry) -> str:
     (req(background=True), ("unsupported_parameter", "background")),
     (req(reasoning={"effort": "high"}), ("unsupported_parameter", "reasoning.effort")),
     (req(reasoning={"summary": "auto"}), ("unsupported_parameter", "reasoning.summary")),
+    (req(reasoning={"effort": "extreme"}), ("invalid_value", "reasoning.effort")),
     (req(truncation="auto"), ("unsupported_parameter", "truncation")),
     (req(tools=[{"type": "web_search"}]), ("unsupported_parameter", "tools[0].type")),
     (req(tool_choice={"type": "allowed_tools", "mode": "auto", "tools": []}),

@@ -360,3 +360,25 @@ def test_a_reasoning_budget_forces_the_end_marker(engine: LlamaCppEngine,
     assert len(head) > 1 and b"</think>".startswith(head)  # its last byte may merge onward
     assert m.consume_tokens(forced) and not m.consume_tokens(
         engine.llama.tokenize(" six", parse_special=False))
+
+
+@pytest.mark.engine
+def test_a_recursive_client_grammar_after_a_thought(engine: LlamaCppEngine,
+                                                    guides: Guides) -> None:
+    """A client's GBNF whose root recurses keeps recursing into itself, not into the thought
+    the reasoning prefix puts before it."""
+    nested = Grammar(gbnf='root ::= "[" root "]" | "x"', param="structured_outputs.grammar",
+                     reasoning=Thought("<think>", "</think>", True))
+    ok = lambda t: _accepts(guides, engine, nested, t)  # noqa: E731
+    assert ok("Let me nest.</think>\n[[x]]") and not ok("Let me nest.</think>\n[[y]]")
+
+
+def test_qwen_xml_grammar_takes_any_schema_shape() -> None:
+    """Boolean subschemas, a list where properties belong, an enum that is not a list: the
+    XML grammar is still made (those parameters are free text), never a 500."""
+    from tokenwire.serving.toolcalls.qwen3_xml import QWEN3_XML
+
+    for schema in ({"type": "object", "properties": {"q": True}}, {"properties": ["a"]},
+                   {"properties": {"a": {"enum": 5}}, "required": "a"}, None):
+        g = QWEN3_XML.grammar([("f", schema, "t")], parallel=False, lazy=False)
+        assert g is not None and g.gbnf is not None and "<function=f>" in g.gbnf

@@ -75,6 +75,8 @@ def test_what_is_content_and_what_is_a_call() -> None:
     assert run(TEXTS[11], [])[:2] == ("then more <tool_call> x", [("f", '{"a": 1}')])
     assert run(TEXTS[12], [])[:2] == ("Use   <tool_call> tags", [])
     assert run(TEXTS[13], [])[:2] == ("Done.  ", [("f", args)])
+    # a second call cut short in its head (length): its text is content, never dropped
+    assert run(f'{CALL}\n<tool_call>\n{{"na', [])[:2] == ('<tool_call>\n{"na', [("f", args)])
 
 
 def test_ids_go_out_with_the_text_they_carry() -> None:

@@ -115,7 +115,7 @@ def lark_of(grammar: Grammar, specials: Mapping[str, int] | None = None,
     if grammar.reasoning is None:
         return text
     thought = grammar.reasoning
-    text = re.sub(r"^start:", "answer:", text, count=1, flags=re.MULTILINE)
+    text = _renamed(text, "start", "tw_answer")
     opened = "" if thought.inside else f"{_literal(thought.start, specials)} "
     end = _literal(thought.end, specials)
     cap = f"max_tokens={thought.budget}" if thought.budget is not None else ""
@@ -126,16 +126,42 @@ def lark_of(grammar: Grammar, specials: Mapping[str, int] | None = None,
         if thought.end not in control:
             marker = re.escape(thought.end).replace("/", "\\/")
             text_re += f" & ~/(.|\\n)*{marker}(.|\\n)*/"
-        rule = f"thought{f'[{cap}]' if cap else ''}: THOUGHT\nTHOUGHT: {text_re}"
+        rule = f"tw_thought{f'[{cap}]' if cap else ''}: TW_THOUGHT\nTW_THOUGHT: {text_re}"
     else:  # text over several tokens: the thought stops where the marker's text begins
         stop = f"stop={json.dumps(thought.end, ensure_ascii=False)}"
-        rule = f"thought[{', '.join(a for a in (stop, cap) if a)}]: /(.|\\n)*/"
+        rule = f"tw_thought[{', '.join(a for a in (stop, cap) if a)}]: /(.|\\n)*/"
     # a budget ends the thought after that many tokens, and then the marker is all that may
     # follow; bounded, the thought is required (free text after none would be unbounded)
-    lines = [f"start: {opened}thought {end} GAP answer" if thought.inside
-             or thought.budget is not None else f"start: answer | {opened}thought {end} GAP answer",
-             rule, "GAP: /[ \\t\\r\\n]*/"]
+    lines = [f"start: {opened}tw_thought {end} TW_GAP tw_answer" if thought.inside
+             or thought.budget is not None
+             else f"start: tw_answer | {opened}tw_thought {end} TW_GAP tw_answer",
+             rule, "TW_GAP: /[ \\t\\r\\n]*/"]
     return "\n".join(lines) + "\n" + text
+
+
+def _renamed(lark: str, old: str, new: str) -> str:
+    """`lark` with every rule name `old` (its definition and each use) as `new`; string
+    literals and /regexes/ left as they are (a client's GBNF, converted, may recurse into its
+    root)."""
+    out, i = [], 0
+    while i < len(lark):
+        c = lark[i]
+        if c in "\"/":  # a literal or a regex, to its unescaped end
+            j = i + 1
+            while j < len(lark) and lark[j] != c:
+                j += 2 if lark[j] == "\\" else 1
+            out.append(lark[i:j + 1])
+            i = j + 1
+        elif c.isalpha() or c == "_":
+            j = i
+            while j < len(lark) and (lark[j].isalnum() or lark[j] in "_"):
+                j += 1
+            out.append(new if lark[i:j] == old else lark[i:j])
+            i = j
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
 
 
 def _lark(grammar: Grammar, specials: Mapping[str, int], control: Collection[str]) -> str:

@@ -215,15 +215,17 @@ def _drop_reasoning(req: ChatCompletionRequest, fmt: ReasoningFormat,
 
 
 def _rewrapped(req: ChatCompletionRequest, conv: Conversation, fmt: ReasoningFormat,
-               tok: Tokenizer, openings: dict[int, list[int]]) -> list[ResponseWarning]:
+               tok: Tokenizer, openings: dict[int, list[int]],
+               kept: int) -> list[ResponseWarning]:
     """Assistant turns sent as sampled ids before which the template wrote a reasoning block of
     its own (Qwen 3.5's, for a turn after the last user message: `<think>\\n\\n</think>\\n\\n`):
     the ids are kept as sent, the model did not see that block, and the client is told which
-    turn (the render endpoint's spans show where)."""
+    turn (the render endpoint's spans show where); not the first `kept` messages, which a
+    continued response's own ids replace."""
     out = []
     for i, start, _ in conv.spans:
         m = req.messages[i]
-        if m.role != "assistant" or not m.token_ids:
+        if m.role != "assistant" or not m.token_ids or i < kept:
             continue
         before = conv.ids[max(0, start - len(openings.get(i, ())) - 4):
                           start - len(openings.get(i, ()))]
@@ -276,8 +278,9 @@ def _after_reasoning(req: ChatCompletionRequest, constraints: Constraints, model
 def _unconstrained(model: str) -> ResponseWarning:
     return ResponseWarning(
         code="tool_calls_unconstrained", param="tool_choice",
-        message=f"model {model!r} cannot constrain tool calls (its engine has no lazy "
-                "grammar): calls the model writes are parsed, not enforced")
+        message=f"model {model!r} cannot constrain tool calls under tool_choice 'auto' (its "
+                "engine has no lazy grammar, or its call format has none yet): calls the "
+                "model writes are parsed, not enforced")
 
 
 def _echo(req: ChatCompletionRequest, space: TokenSpace) -> str:
@@ -355,7 +358,8 @@ class ChatService(GenerationService):
                                add_generation_prompt=req.add_generation_prompt,
                                continue_final=req.continue_final_message, **how)
         if model.reasoning is not None:
-            wrapped = _rewrapped(req, conv, model.reasoning, model.tokenizer, how["openings"])
+            wrapped = _rewrapped(req, conv, model.reasoning, model.tokenizer, how["openings"],
+                                 prefix.messages if prefix is not None else 0)
             warnings = [*(warnings or []), *wrapped] if wrapped else warnings
         if prefix is not None:
             head = render_messages(req.messages[:prefix.messages], space, template,

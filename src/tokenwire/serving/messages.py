@@ -201,7 +201,9 @@ def sampled_openings(messages: Sequence[ChatMessage], tok: Tokenizer, template: 
     is off; Qwen 3.5's `<think>\\n`: their history drops the reasoning), by the index of each
     assistant message sent as the ids it sampled: `render_messages` puts those ids back before
     them, so the next prompt is the last prompt and the sampled ids, exactly (a turn whose ids
-    begin with them already is left as sent)."""
+    begin with them already is left as sent). History as ids under `keep_reasoning` (the
+    default) is the ids as sampled, a turn cut inside its reasoning included; a client that
+    sends an answer's ids alone says `keep_reasoning: false`, which puts nothing back."""
     turns = [i for i, m in enumerate(messages) if m.role == "assistant" and m.token_ids]
     if not turns:
         return {}

@@ -119,7 +119,7 @@ def from_structural_tag(tag: Any, param: str) -> Grammar:
                 if isinstance(inner, list) and len(inner) == 1 and isinstance(inner[0], dict) \
                 and inner[0].get("type") == "tag" else None
             if section is not None:  # the calls' section, opened by a trigger
-                if not any(section.section[0].startswith(w) for w in triggers):
+                if not all(section.section[0].startswith(w) for w in triggers):
                     raise _invalid("each trigger must begin the section", f"{at}.triggers")
                 return replace(section, triggers=tuple(triggers))
             if fmt.get("stop_after_first"):

@@ -13,6 +13,8 @@ Every check then runs once, in the chat service; an error names the chat field
 
 from __future__ import annotations
 
+from typing import get_args
+
 from ...errors import InvalidRequestError, UnsupportedParameterError
 from ...protocol.chat import (
     ChatCompletionRequest,
@@ -198,6 +200,11 @@ def _response_format(req: ResponsesRequest) -> ResponseFormat | None:
     return None
 
 
+EFFORTS: tuple[str, ...] = get_args(
+    get_args(ChatCompletionRequest.model_fields["reasoning_effort"].annotation)[0])
+"""chat's `reasoning_effort` levels (vLLM's)."""
+
+
 def check_request(req: ResponsesRequest) -> None:
     """What only a Responses request can get wrong (the chat service checks the rest)."""
     for name, neutral in type(req).unsupported.items():
@@ -205,7 +212,11 @@ def check_request(req: ResponsesRequest) -> None:
             raise UnsupportedParameterError(f"{name!r} is not supported by this server",
                                             param=name)
     for key, value in (req.reasoning or {}).items():
-        if key != "effort" and value is not None:  # summary, generate_summary
+        if key == "effort":
+            if value is not None and value not in EFFORTS:
+                raise InvalidRequestError(f"reasoning.effort must be one of {', '.join(EFFORTS)}",
+                                          param="reasoning.effort", code="invalid_value")
+        elif value is not None:  # summary, generate_summary
             raise UnsupportedParameterError("reasoning summaries are not made by this server",
                                             param=f"reasoning.{key}")
     seen: set[str] = set()

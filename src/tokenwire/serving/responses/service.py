@@ -112,7 +112,9 @@ class ResponsesService(GenerationService):
         chat_req, pm = to_chat_request(req)
         prefix = None
         if previous is not None:
-            chat_req, prefix = continue_from(previous, chat_req, pm)
+            model = self._models.get(req.model)
+            chat_req, prefix = continue_from(previous, chat_req, pm, model.tokenizer_version,
+                                             model.tokenizer.encode("x")[:1])
         with pm.renaming():
             plan = self._chat.plan(chat_req, caller, prefix=prefix)
         plan.id = new_id("resp")

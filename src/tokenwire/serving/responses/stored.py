@@ -151,18 +151,19 @@ def previous_turn(record: StoredResponse, req: ResponsesRequest, model: ServedMo
 
 
 def continue_from(record: StoredResponse, chat: ChatCompletionRequest, pm: ParamMap,
+                  version: str, stand_in: list[int]
                   ) -> tuple[ChatCompletionRequest, PromptPrefix]:
     """The chat request of the whole conversation (the stored history, the previous output,
     then this request's messages) and the prefix that stands for the first two; `pm` is
-    shifted so errors still name this request's fields."""
+    shifted so errors still name this request's fields. The previous output goes to the
+    template as `stand_in` ids (an ordinary token of the model's, whose tokenizer `version`
+    the record's ids are in by now): its calls are then not
+    rendered again, and the rendering shows only where the turn ends, which is all a
+    continuation reads of it (serving/prefix.py puts the sampled ids there)."""
     said = _said(record)
-    ids = list(record.output_ids)
-    if ids and max(ids) < record.vocab_size \
-            and chat.tokenizer_version in (None, record.tokenizer_version):
-        # the turn as its sampled ids (its calls are then not rendered again): only where the
-        # template closes it is read from the rendering, after them
-        said = said.model_copy(update={"token_ids": ids})
-        chat = chat.model_copy(update={"tokenizer_version": record.tokenizer_version})
+    if chat.tokenizer_version in (None, version):
+        said = said.model_copy(update={"token_ids": stand_in})
+        chat = chat.model_copy(update={"tokenizer_version": version})
     history = [ChatMessage.model_validate(m) for m in record.messages] + [said]
     pm.prepend(len(history), "previous_response_id")
     prefix = PromptPrefix(prompt=record.prompt_ids, sampled=record.output_ids,

@@ -95,6 +95,10 @@ class ToolFormat:
         return _re(self.tail_re)
 
     @cached_property
+    def sep(self) -> regex.Pattern[str]:
+        return _re(self.sep_re)
+
+    @cached_property
     def next_head(self) -> regex.Pattern[str]:
         return _re(f"(?:{self.sep_re})(?:{self.head_re})")
 

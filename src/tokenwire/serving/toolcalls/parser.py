@@ -123,8 +123,12 @@ class ToolCallParser:
             self._content(out, self._held + buf)  # a marker with no call after it: text
         elif self._state == _ARGS:
             self._args(out, buf)  # cut short (length): the arguments as far as they got
-        elif self._state == _AFTER and buf.strip() and not self._partial_after(buf):
-            self._content(out, buf.strip())
+        elif self._state == _AFTER:  # after a call: a separator is syntax, the rest text
+            sep = self._f.sep.match(buf)
+            rest = buf[sep.end():] if sep is not None else buf
+            if rest.strip() and not (self._f.close is not None
+                                     and self._f.close.fullmatch(rest, partial=True)):
+                self._content(out, rest.strip())
         self._state, self._held = _TEXT, ""
         return self._with_ids(out)
 
@@ -317,10 +321,6 @@ class ToolCallParser:
         self._buf = self._buf[end + len(end_mark or ""):]
         self._state = _AFTER
         self._last_call = True
-
-    def _partial_after(self, buf: str) -> bool:
-        return any(r is not None and (m := r.match(buf, partial=True)) is not None and m.partial
-                   for r in (self._f.next_head, self._f.close))
 
     def _after(self, out: ParsedDelta) -> None:
         """Between calls: another call, the end of the calls, or text."""

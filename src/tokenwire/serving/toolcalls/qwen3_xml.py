@@ -210,6 +210,8 @@ class _Qwen3Xml(ToolFormat):
             args = json.loads(arguments)
         except json.JSONDecodeError:
             args = {}
+        if not isinstance(args, dict):
+            args = {}
         params = "".join(f"<parameter={k}>\n{v if isinstance(v, str) else json.dumps(v)}\n"
                          "</parameter>\n" for k, v in (args or {}).items())
         return f"<tool_call>\n<function={name}>\n{params}</function>\n</tool_call>"
@@ -223,14 +225,20 @@ class _Qwen3Xml(ToolFormat):
             return None
         rules, calls = [], []
         for k, (name, schema, _) in enumerate(tools):
-            props = list(((schema or {}).get("properties") or {}).keys())
-            required = [p for p in (schema or {}).get("required") or [] if p in props]
+            schema = schema if isinstance(schema, dict) else {}
+            found = schema.get("properties")
+            properties = found if isinstance(found, dict) else {}
+            props = list(properties)
+            listed = schema.get("required")
+            required = [p for p in (listed if isinstance(listed, list) else []) if p in props]
             optional = [p for p in props if p not in required]
             parts = [f"param-{k}-{j}" + ("" if p in required else "?")
                      for j, p in enumerate(required + optional)]
             for j, p in enumerate(required + optional):
-                enum = ((schema or {}).get("properties") or {}).get(p, {}).get("enum")
-                value = " | ".join(_gbnf_literal(str(v)) for v in enum) if enum else "value"
+                sub = properties[p]
+                enum = sub.get("enum") if isinstance(sub, dict) else None
+                value = " | ".join(_gbnf_literal(str(v)) for v in enum) \
+                    if isinstance(enum, list) and enum else "value"
                 rules.append(f"param-{k}-{j} ::= {_gbnf_literal(f'<parameter={p}>' + chr(10))} "
                              f"({value}) {_gbnf_literal(chr(10) + '</parameter>' + chr(10))}")
             head = _gbnf_literal(f"<tool_call>\n<function={name}>\n")
