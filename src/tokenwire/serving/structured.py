@@ -240,8 +240,8 @@ def resolve_constraints(req: ChatCompletionRequest, info: EngineInfo, model: str
             # the model may still call: its output is parsed, unconstrained (docs/api.md)
             return Constraints(parse_tools=True, unconstrained=True)
         # a format whose calls have no lazy grammar (Qwen's XML) is parsed, not enforced
-        return Constraints(grammar=calls.grammar(specs, parallel=parallel, lazy=True),
-                           parse_tools=True)
+        lazy = calls.grammar(specs, parallel=parallel, lazy=True)
+        return Constraints(grammar=lazy, parse_tools=True, unconstrained=lazy is None)
     if not info.supports_grammar:
         raise UnsupportedParameterError(
             f"model {model!r} cannot guarantee a tool call (its engine has no grammar "
