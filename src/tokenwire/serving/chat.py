@@ -350,7 +350,7 @@ class ChatService(GenerationService):
         variables = template_variables(_thinking_switch(req, model, template), template)
         how: dict[str, Any] = dict(
             tools=req.tools or [], fmt=model.tools or HERMES, variables=variables,
-            openings=sampled_openings(req.messages, model.tokenizer, template, variables)
+            openings=sampled_openings(req.messages, template, variables)
             if req.keep_reasoning and not space.translate else {},
             control_ids=self._settings.allow_special_token_ids
             or self._settings.raw_prompts_allowed(caller.api_key))

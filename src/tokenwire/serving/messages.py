@@ -16,7 +16,6 @@ from ..protocol.chat import ChatMessage, InputDocumentBlock, InputTokensBlock, T
 from ..protocol.common import ResponseWarning
 from ..protocol.render import MessageSpan
 from ..protocol.tools import Tool, ToolCall
-from ..tokenizers.base import Tokenizer
 from ..tokenizers.conversions import conversion_reason
 from .template import RESERVED, RESERVED_VARIABLES, ChatTemplate, TemplateMessage
 from .tokens import IdSpan, TokenSpace
@@ -194,7 +193,7 @@ def template_variables(kwargs: dict[str, Any] | None,
     return {k: template.client_text(v) for k, v in kwargs.items()}
 
 
-def sampled_openings(messages: Sequence[ChatMessage], tok: Tokenizer, template: ChatTemplate,
+def sampled_openings(messages: Sequence[ChatMessage], template: ChatTemplate,
                      variables: dict[str, Any] | None) -> dict[int, list[int]]:
     """What the template's generation prompt writes after the assistant's header that its
     history does not write back (DeepSeek-R1's `<think>\\n`, with `</think>` too when thinking
@@ -207,8 +206,8 @@ def sampled_openings(messages: Sequence[ChatMessage], tok: Tokenizer, template: 
     turns = [i for i, m in enumerate(messages) if m.role == "assistant" and m.token_ids]
     if not turns:
         return {}
-    probe = tok.encode("x")[:1]
-    user = TemplateMessage("user", [], text="?")
+    probe = list((messages[turns[0]].token_ids or [])[:1])  # ids only: nothing is encoded
+    user = TemplateMessage("user", probe)
     try:
         prompt = template.render([user], variables=variables).ids
         history = template.render([user, TemplateMessage("assistant", probe), user],

@@ -129,7 +129,7 @@ class TokenizeService:
             fmt = model.tools if model is not None and model.tools is not None else HERMES
             conv = render_messages(req.messages, space, template, tools=req.tools or [], fmt=fmt,
                                    openings={} if space.translate else sampled_openings(
-                                       req.messages, tok, template, None),
+                                       req.messages, template, None),
                                    add_generation_prompt=req.add_generation_prompt,
                                    continue_final=req.continue_final_message,
                                    control_ids=s.allow_special_token_ids

@@ -113,8 +113,10 @@ class ResponsesService(GenerationService):
         prefix = None
         if previous is not None:
             model = self._models.get(req.model)
+            # the stand-in for the previous turn: one of its own ordinary ids (nothing encoded)
+            plain = [i for i in previous.output_ids if i not in model.tokenizer.special_ids]
             chat_req, prefix = continue_from(previous, chat_req, pm, model.tokenizer_version,
-                                             model.tokenizer.encode("x")[:1])
+                                             plain[:1] or model.tokenizer.encode("x")[:1])
         with pm.renaming():
             plan = self._chat.plan(chat_req, caller, prefix=prefix)
         plan.id = new_id("resp")
