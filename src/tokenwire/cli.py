@@ -42,6 +42,7 @@ def _serve(args: argparse.Namespace) -> int:
         "return_sampling_mask": args.return_sampling_mask, "workers": args.workers,
         "engine_process": args.engine_process, "cpu_variant": args.cpu_variant,
         "reasoning_parser": args.reasoning_parser, "tool_call_parser": args.tool_call_parser,
+        "weight_version_policy": args.weight_version_policy,
     }.items() if v is not None}
     try:
         settings = Settings(**overrides)
@@ -325,6 +326,9 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--return-sampling-mask", action="store_const", const=True,
                    help="vLLM's: each sampled token on /inference/v1/generate lists the ids "
                    "the sampler could have drawn (needs --logprobs-mode processed_logprobs)")
+    s.add_argument("--weight-version-policy", help="which weights may serve a request that "
+                   "names no bound (smg's names): any (default), latest-only, "
+                   "min-version:<label>, max-staleness:<k>")
     s.set_defaults(func=_serve)
 
     def remote(sp: argparse.ArgumentParser) -> None:

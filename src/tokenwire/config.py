@@ -21,6 +21,7 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from .engines.versions import WeightBound, parse_policy
 from .errors import ModelSourceError
 from .packaged import GEMMA3_PACKAGE, gemma3_model_path
 
@@ -224,6 +225,16 @@ class Settings(BaseSettings):
     health_interval: float = Field(
         2.0, gt=0, description="Seconds between background health checks of each replica."
     )
+    weight_version_policy: str = Field(
+        "any", description="Which weights may serve a request that names no bound of its own "
+        "(smg's `--rl-version-policy`): any, latest-only, min-version:<label>, or "
+        "max-staleness:<k> (at most k versions behind the newest a replica serves). A request's "
+        "`min_weight_version` / `max_staleness` replace it."
+    )
+    weight_version_wait: float = Field(
+        30.0, ge=0, description="Seconds a request waits for a replica within its weight "
+        "bound (a rolling update may be on its way) before a 409 weight_version_unavailable."
+    )
     check_upstream_tokenizer: bool = Field(
         True, description="At start, compare the tokenizer with each replica's /tokenize on a "
         "probe corpus and refuse to serve on any difference."
@@ -422,6 +433,17 @@ class Settings(BaseSettings):
                              "(engine_process true): in the server's process, its weights, KV "
                              "cache and batch are that process's")
         return self
+
+    @field_validator("weight_version_policy")
+    @classmethod
+    def _check_policy(cls, v: str) -> str:
+        parse_policy(v)  # a ValueError names what is wrong
+        return v
+
+    @property
+    def weight_bound(self) -> WeightBound | None:
+        """The server's version policy as a bound (None: any weights)."""
+        return parse_policy(self.weight_version_policy, wait=self.weight_version_wait)
 
     @property
     def max_workers(self) -> int:

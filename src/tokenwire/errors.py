@@ -28,6 +28,9 @@ serving as configured (`SetupError`) are in the same tree, told to the operator,
     │   └── DocumentNotFoundError            document_not_found
     ├── MethodNotAllowedError (405)          method_not_allowed
     ├── RequestTooLargeError (413)           request_too_large
+    ├── ConflictError (409)
+    │   ├── WeightVersionUnavailableError    weight_version_unavailable: no replica within a bound
+    │   └── RollingUpdateError               rolling_update_in_progress, fleet_paused
     ├── RateLimitError (429)                 queue_full
     ├── EngineError (503)                    engine_error
     │   └── EngineCrashedError               engine_crashed: the engine process died mid-request
@@ -55,6 +58,7 @@ __all__ = [
     "APIConnectionError",
     "AuthenticationError",
     "ClientError",
+    "ConflictError",
     "ContentPolicyViolationError",
     "ContextLengthExceededError",
     "EngineCrashedError",
@@ -77,6 +81,7 @@ __all__ = [
     "ReplicaControlError",
     "RequestTooLargeError",
     "ResponseNotFoundError",
+    "RollingUpdateError",
     "ServiceUnavailableError",
     "SetupError",
     "SpecialTokenNotAllowedError",
@@ -91,6 +96,7 @@ __all__ = [
     "UnknownTokenizerVersionError",
     "UnsupportedTokenizerError",
     "UnsupportedParameterError",
+    "WeightVersionUnavailableError",
     "error_from_body",
 ]
 
@@ -237,6 +243,28 @@ class RequestTooLargeError(TokenwireError):
     default_code = "request_too_large"
 
 
+class ConflictError(TokenwireError):
+    """The request is well formed, but the server's state cannot take it now."""
+
+    status_code = 409
+    error_type = "invalid_request_error"
+    default_code = "conflict"
+
+
+class WeightVersionUnavailableError(ConflictError):
+    """No replica serves weights within the request's staleness bound (`min_weight_version`,
+    `max_staleness`, or the server's version policy), even after the wait: the message names the
+    versions present."""
+
+    default_code = "weight_version_unavailable"
+
+
+class RollingUpdateError(ConflictError):
+    """A rolling update cannot start: another runs, or the fleet is paused."""
+
+    default_code = "rolling_update_in_progress"
+
+
 class RateLimitError(TokenwireError):
     status_code = 429
     error_type = "rate_limit_error"
@@ -369,6 +397,7 @@ _BY_STATUS: dict[int, type[TokenwireError]] = {
     403: PermissionDeniedError,
     404: NotFoundError,
     405: MethodNotAllowedError,
+    409: ConflictError,
     413: RequestTooLargeError,
     429: RateLimitError,
     502: ReplicaControlError,

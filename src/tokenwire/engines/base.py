@@ -21,6 +21,7 @@ from ..errors import (
     ServiceUnavailableError,
 )
 from ..protocol.control import CONTROL_OPS
+from .versions import WeightBound
 
 __all__ = [
     "LOGPROB_FLOOR",
@@ -156,6 +157,9 @@ class SamplingParams:
     cache for a salted request (one way only)."""
     cache_key: str | None = None
     """OpenAI's `prompt_cache_key`: a gateway sends requests with one key to one replica."""
+    weight_bound: WeightBound | None = None
+    """Which weights may serve it (`min_weight_version`, `max_staleness`): a gateway routes
+    only to replicas within it; the embedded engine checks its own."""
     whole: bool = False
     """Only the finished output is read (no stream to a client, no stop string or output
     check that ends it early): an upstream may answer in one body instead of an event per
@@ -282,6 +286,10 @@ class ReplicaHealth:
     in_flight: int = 0
     served: int = 0
     """Requests admitted on this replica since start."""
+    weight_version: str | None = None
+    """The weights' label as the replica last reported it (None: not known)."""
+    paused: bool = False
+    """Paused by the control plane (a fleet pause, a rolling update): no new requests."""
 
 
 @dataclass(frozen=True)
@@ -359,6 +367,8 @@ class ControlCall:
     op: str
     query: tuple[tuple[str, str], ...] = ()
     body: Any = None
+    replicas: tuple[str, ...] | None = None
+    """The replicas (by name) it reaches; None: every one (a rolling update reaches a few)."""
 
 
 @dataclass(frozen=True)
@@ -379,3 +389,7 @@ class Controllable(Protocol):
     """An engine with a control plane: each call reaches every replica, and each answers."""
 
     async def control(self, call: ControlCall) -> list[ControlAnswer]: ...
+
+    def hold(self, replicas: Sequence[str], held: bool) -> None:
+        """Keep `replicas` out of routing (a rolling update pauses them), or put them back."""
+        ...

@@ -19,6 +19,7 @@ import concurrent.futures
 import logging
 import secrets
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -37,7 +38,7 @@ from ..errors import (
 )
 from ..tokenizers.hf import HFTokenizer
 from ..tokenizers.probe import TokenizerParityError, first_mismatch
-from ._control import PauseMode, answer, content_version
+from ._control import REPLICA, PauseMode, answer, content_version
 from ._events import QueuedEvents
 from ._guide import Guide, GuideError, Guides
 from ._llama import (
@@ -63,6 +64,7 @@ from .base import (
     WeightSpan,
     check_prompt,
 )
+from .versions import VersionOrder, WeightBound
 
 __all__ = ["LlamaCppEngine"]
 
@@ -195,8 +197,10 @@ class LlamaCppEngine:
         self._drained: concurrent.futures.Future[None] | None = None
         self._gen = 0
         """Bumped whenever the weights change: KV of an older generation is never reused."""
-        self._version = ""
+        self._label = ""
         """The weight version label every sampled token is stamped with."""
+        self._order = VersionOrder()
+        """Every label it has carried: a request's `min_weight_version` is one of them."""
         self._base_version = ""
         self._weights: Path = self._path
         """The GGUF whose weights serve now (`load_weights` replaces the model's)."""
@@ -340,6 +344,7 @@ class LlamaCppEngine:
     async def prepare(self, prompt: Sequence[int], params: SamplingParams) -> None:
         """What admission checks before queueing: the prompt, and the grammar compiled."""
         check_prompt(prompt, self.info)
+        await self._within_bound(params.weight_bound)
         if params.grammar is not None:  # off the loop: the first builds the vocabulary's index
             await asyncio.to_thread(self._compile, params.grammar)
 
@@ -734,6 +739,32 @@ class LlamaCppEngine:
     @property
     def weight_version(self) -> str:
         return self._version
+
+    @property
+    def _version(self) -> str:
+        return self._label
+
+    @_version.setter
+    def _version(self, label: str) -> None:
+        self._label = label
+        self._order.see([label])
+
+    def hold(self, replicas: Sequence[str], held: bool) -> None:
+        """`Controllable`: nothing to do: one replica has nowhere else to send a request (a
+        paused engine queues it until it resumes)."""
+
+    async def _within_bound(self, bound: WeightBound | None) -> None:
+        """Wait (up to the bound's wait) until the weights satisfy `bound`. Alone, they are
+        the newest (any `max_staleness` holds); `min_weight_version` holds once they carried
+        that label (it, or a later one, serves)."""
+        if bound is None or bound.min_version is None:
+            return
+        deadline = time.monotonic() + bound.wait
+        while self._order.rank(bound.min_version) is None:
+            if time.monotonic() >= deadline:
+                raise self._order.unavailable(bound, [(REPLICA, self._label, "paused"
+                                                       if self._paused else "serving")])
+            await asyncio.sleep(0.05)
 
     def control_state(self) -> dict[str, object]:
         """What the control plane has set (the engine process keeps it across a restart)."""

@@ -19,6 +19,7 @@ from pydantic import ConfigDict, Discriminator, Field, RootModel, Tag
 
 from ._base import RequestModel, ResponseModel
 from .common import ResponseWarning, TokenId, WeightVersionSpan
+from .sampling import WeightBoundFields
 
 __all__ = [
     "ERROR_TYPES",
@@ -273,7 +274,7 @@ class CountTokensRequest(RequestModel):
     }
 
 
-class MessagesRequest(CountTokensRequest):
+class MessagesRequest(CountTokensRequest, WeightBoundFields):
     max_tokens: Annotated[int, Field(ge=1)]
     tokenizer_fallback: Literal["error", "translate"] = "error"
     """On a version that is not the model's: refuse (default) or go through text."""

@@ -7,14 +7,15 @@ tokenwire unchanged; tokenwire adds `replicas` (each replica's status and body) 
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, StringConstraints
 
 from ._base import RequestModel
 
-__all__ = ["CONTROL_BODIES", "CONTROL_OPS", "CollectiveRpcBody", "ControlBody",
-           "FinishWeightUpdateBody", "InitWeightTransferBody", "Label",
+__all__ = ["CONTROL_BODIES", "CONTROL_OPS", "ROLLING_STEPS", "ROLLING_UPDATE",
+           "CollectiveRpcBody", "ControlBody", "FinishWeightUpdateBody",
+           "InitWeightTransferBody", "Label", "RollingStep", "RollingUpdateBody",
            "UpdateWeightVersionBody", "UpdateWeightsBody"]
 
 CONTROL_OPS: dict[str, tuple[str, str]] = {
@@ -83,3 +84,36 @@ CONTROL_BODIES: dict[str, type[ControlBody]] = {
     "collective_rpc": CollectiveRpcBody,
 }
 """The typed body of each control call that takes one (the others: `ControlBody`)."""
+
+
+ROLLING_UPDATE = ("POST", "/rolling_update")
+"""tokenwire's own call: new weights for the fleet a few replicas at a time (rolling.py)."""
+
+ROLLING_STEPS = ("init_weight_transfer_engine", "start_weight_update", "update_weights",
+                 "finish_weight_update", "collective_rpc", "reset_prefix_cache")
+"""The calls that may update one replica in a rolling update (the update pauses, labels and
+resumes each replica itself)."""
+
+
+class RollingStep(ControlBody):
+    """One of the calls that update a replica, as the plain control call takes it."""
+
+    op: Literal[ROLLING_STEPS]  # type: ignore[valid-type]
+    body: dict[str, Any] | None = None
+    """The call's body (checked as the plain call checks it)."""
+    query: dict[str, str] = Field(default_factory=dict)
+
+
+class RollingUpdateBody(ControlBody):
+    weight_version: Label
+    """The label the fleet's weights carry when the update is done; replicas that already
+    report it are left as they are (so the same call again resumes a roll that stopped)."""
+    calls: list[RollingStep] = Field(default_factory=list)
+    """What makes one replica take the new weights, in order (e.g. `collective_rpc` with
+    `reload_weights`); none: only relabel."""
+    max_unavailable: Annotated[int, Field(ge=1)] = 1
+    """Replicas updated at once (Kubernetes' name); the others keep serving."""
+    pause_mode: Literal["wait", "abort"] = "wait"
+    """vLLM's pause mode for each replica: `wait` lets its requests finish (none fails), `abort`
+    ends them now (`finish_reason: "abort"`). (`keep` would carry prefixes cached under the old
+    weights past the update: use the plain calls and `reset_prefix_cache` for that.)"""

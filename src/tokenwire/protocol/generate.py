@@ -19,6 +19,7 @@ from pydantic import Field, StrictInt
 
 from ._base import RequestModel, ResponseModel
 from .common import ResponseWarning, StopStrings, TokenId, Usage, WeightVersionSpan
+from .sampling import WeightBoundFields
 
 __all__ = [
     "StructuredOutputs",
@@ -137,7 +138,7 @@ class GenerateStreamOptions(RequestModel):
     continuous_usage_stats: bool | None = False
 
 
-class GenerateRequest(RequestModel):
+class GenerateRequest(WeightBoundFields):
     token_ids: Annotated[list[TokenId], Field(min_length=1)]
     """The whole prompt, rendered by the client (template control ids included)."""
     sampling_params: GenerateSamplingParams

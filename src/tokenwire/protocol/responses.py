@@ -15,6 +15,7 @@ from pydantic import ConfigDict, Discriminator, Field, RootModel, Tag
 
 from ._base import RequestModel, ResponseModel
 from .common import ResponseWarning, TokenId, TokenLogprob, WeightVersionSpan
+from .sampling import WeightBoundFields
 from .tools import FunctionName
 
 __all__ = [
@@ -264,7 +265,7 @@ class TextConfig(RequestModel):
     """Only the default ("medium") can be honoured: others are refused."""
 
 
-class ResponsesRequest(RequestModel):
+class ResponsesRequest(WeightBoundFields):
     model: str
     input: Annotated[Annotated[str, Tag("~str")] | Annotated[list[InputItem], Tag("~list")],
                      _str_or_list("input")]

@@ -14,10 +14,21 @@ from pydantic import Field, StrictInt
 from ._base import RequestModel
 from .common import TokenId
 
-__all__ = ["VllmSamplingFields"]
+__all__ = ["VllmSamplingFields", "WeightBoundFields"]
 
 
-class VllmSamplingFields(RequestModel):
+class WeightBoundFields(RequestModel):
+    """Which weights may serve the request (tokenwire's; smg's version policies as fields): a
+    gateway routes it only to replicas within the bound, waiting up to the server's
+    `weight_version_wait` for one, then 409 `weight_version_unavailable`."""
+
+    min_weight_version: Annotated[str, Field(min_length=1, max_length=256)] | None = None
+    """Weights labelled this version, or a later one (in the order the fleet was given them)."""
+    max_staleness: Annotated[int, Field(ge=0)] | None = None
+    """At most this many versions behind the newest a replica serves (0: the newest only)."""
+
+
+class VllmSamplingFields(WeightBoundFields):
     # honoured
     top_k: StrictInt | None = None
     """Draw among the k most likely ids; 0 or -1 (vLLM's two spellings) is off."""

@@ -1,18 +1,20 @@
-"""The control plane's routes: vLLM's RL endpoints at vLLM's paths (serving/control.py)."""
+"""The control plane's routes: vLLM's RL endpoints at vLLM's paths (serving/control.py), and
+tokenwire's rolling update (serving/rolling.py)."""
 
 from __future__ import annotations
 
 from functools import partial
 
+from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ..engines.base import CONTROL_OPS, ControlCall
-from ..protocol.control import CONTROL_BODIES, ControlBody
+from ..protocol.control import CONTROL_BODIES, ROLLING_UPDATE, ControlBody, RollingUpdateBody
 from ..serving.control import ControlService
 from .middleware import caller_of
-from .validation import parse_body
+from .validation import parse_body, translate_validation_error
 
 __all__ = ["control_routes"]
 
@@ -31,5 +33,20 @@ async def _control(op: str, request: Request) -> Response:
     return JSONResponse(await service.call(call, caller_of(request), host))
 
 
-control_routes = [Route(path, partial(_control, op), methods=[method], name=op)
-                  for op, (method, path) in CONTROL_OPS.items()]
+async def _rolling_update(request: Request) -> Response:
+    service: ControlService = request.app.state.control
+    host = request.client.host if request.client is not None else None
+    service.authorize("rolling_update", caller_of(request), host)
+    body = parse_body(await request.body(), RollingUpdateBody)
+    for i, step in enumerate(body.calls):  # each call's body as the plain call checks it
+        try:
+            CONTROL_BODIES.get(step.op, ControlBody).model_validate(step.body or {})
+        except ValidationError as exc:
+            raise translate_validation_error(exc, prefix=("calls", i, "body")) from exc
+    return JSONResponse(await service.roll(body, caller_of(request), host))
+
+
+control_routes = [*(Route(path, partial(_control, op), methods=[method], name=op)
+                    for op, (method, path) in CONTROL_OPS.items()),
+                  Route(ROLLING_UPDATE[1], _rolling_update, methods=[ROLLING_UPDATE[0]],
+                        name="rolling_update")]

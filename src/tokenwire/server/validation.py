@@ -38,10 +38,13 @@ def _in_id_list(loc: Sequence[int | str]) -> bool:
     return isinstance(loc[-1], int) and any(p in _ID_LISTS for p in loc)
 
 
-def translate_validation_error(exc: ValidationError) -> InvalidRequestError:
+def translate_validation_error(exc: ValidationError, prefix: Sequence[int | str] = (),
+                               ) -> InvalidRequestError:
+    """The first error, named by its path in the body (`prefix`: where the model validated
+    sits in it)."""
     err = exc.errors(include_url=False)[0]
     kind = err["type"]
-    loc = [p for p in err["loc"] if not (isinstance(p, str) and p.startswith("~"))]
+    loc = [*prefix, *(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("~")))]
     param = format_param(loc)
     if kind == "json_invalid":
         return InvalidRequestError(

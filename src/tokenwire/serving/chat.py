@@ -75,6 +75,7 @@ from .sampling import (
     completion_budget,
     truncate_prompt,
     vllm_params,
+    weight_bound,
 )
 from .stored import StoredCompletions
 from .structured import Constraints, resolve_constraints
@@ -384,7 +385,8 @@ class ChatService(GenerationService):
         )
         extras = vllm_params(req, req.logit_bias, vocab_size=model.tokenizer.vocab_size,
                              budget=budget, cache_salt=req.cache_salt,
-                             cache_key=req.prompt_cache_key)
+                             cache_key=req.prompt_cache_key,
+                             weight_bound=weight_bound(req, self._settings))
         reasoning = None
         if model.reasoning is not None:
             _check_hidden_reasoning(req)

@@ -43,7 +43,7 @@ from .plan import (
     check_engine_features,
     check_sampling_mask,
 )
-from .sampling import choice_params, completion_budget, truncate_prompt, vllm_params
+from .sampling import choice_params, completion_budget, truncate_prompt, vllm_params, weight_bound
 from .tokens import IdSpan, check_id_range
 
 __all__ = ["CompletionService"]
@@ -159,7 +159,8 @@ class CompletionService(GenerationService):
             )
             extras = vllm_params(req, req.logit_bias,
                                  vocab_size=plan.model.tokenizer.vocab_size, budget=budget,
-                                 cache_salt=req.cache_salt)
+                                 cache_salt=req.cache_salt,
+                                 weight_bound=weight_bound(req, self._settings))
             for p in choice_params(
                 n=req.n, max_tokens=budget, temperature=req.temperature, top_p=req.top_p,
                 seed=req.seed, logprobs=req.logprobs, presence_penalty=req.presence_penalty,

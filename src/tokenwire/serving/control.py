@@ -22,8 +22,10 @@ from ..errors import (
     ReplicaControlError,
     UnsupportedParameterError,
 )
+from ..protocol.control import RollingUpdateBody
 from .models import ModelRegistry
 from .plan import Caller
+from .rolling import RollingUpdates
 
 __all__ = ["ControlService"]
 
@@ -39,10 +41,18 @@ class ControlService:
     def __init__(self, models: ModelRegistry, settings: Settings):
         self._models = models
         self._settings = settings
+        self._rolls = RollingUpdates(models)
+
+    async def roll(self, body: RollingUpdateBody, caller: Caller,
+                   host: str | None) -> dict[str, Any]:
+        """A rolling update (rolling.py)."""
+        self.authorize("rolling_update", caller, host)
+        log.info("control rolling_update to %r by %s", body.weight_version, _who(caller, host))
+        return await self._rolls.run(body)
 
     def authorize(self, op: str, caller: Caller, host: str | None) -> None:
         """Refuse a caller who may not call `op` (before its body is read)."""
-        if op not in CONTROL_OPS:
+        if op not in CONTROL_OPS and op != "rolling_update":
             raise InvalidRequestError(f"no control call {op!r}")
         if not self._settings.control_allowed(caller.api_key, host):
             log.warning("control %s refused: %s is not an admin", op, _who(caller, host))
@@ -70,6 +80,10 @@ class ControlService:
                     for mid, a in failed), replicas=replicas)
         bodies = [a.body for _, a in answers]
         merged = bodies[0] if bodies and isinstance(bodies[0], dict) else {}
+        if call.op == "weight_info" and len({str(b) for b in bodies}) > 1:
+            # replicas may hold different versions (a rolling update, or one that stopped):
+            # no version is the fleet's, and each replica's is in `replicas`
+            return {"weight_version": None, "replicas": replicas}
         differ = sorted({k for b in bodies if isinstance(b, dict) for k in b
                          if b.get(k) != merged.get(k)})
         if differ:

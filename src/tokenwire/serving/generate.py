@@ -44,7 +44,7 @@ from .plan import (
     check_engine_features,
     check_sampling_mask,
 )
-from .sampling import choice_params, completion_budget, vllm_params
+from .sampling import choice_params, completion_budget, vllm_params, weight_bound
 from .tokens import IdSpan, check_id_range, resolve_token_space
 
 __all__ = ["GenerateService"]
@@ -188,6 +188,7 @@ class GenerateService(GenerationService):
             grammar=plan.grammar,
             extras=vllm_params(sp, sp.logit_bias, vocab_size=plan.model.tokenizer.vocab_size,
                                budget=budget, cache_salt=plan.req.cache_salt,
+                               weight_bound=weight_bound(plan.req, self._settings),
                                prefix="sampling_params."))
         return await run_choices(plan.model.engine, [(plan.prompt, p) for p in params],
                                  plan.model.tokenizer, sp.stop or (), token_aligned=True,

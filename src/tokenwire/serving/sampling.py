@@ -6,13 +6,15 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from ..config import Settings
 from ..engines.base import Grammar, SamplingParams
+from ..engines.versions import WeightBound
 from ..errors import ContextLengthExceededError, InvalidRequestError
 from ..protocol.generate import GenerateSamplingParams
-from ..protocol.sampling import VllmSamplingFields
+from ..protocol.sampling import VllmSamplingFields, WeightBoundFields
 
 __all__ = ["VllmParams", "choice_params", "completion_budget", "truncate_prompt",
-           "vllm_params"]
+           "vllm_params", "weight_bound"]
 
 
 _MASK64 = (1 << 64) - 1
@@ -116,19 +118,20 @@ class VllmParams:
     ignore_eos: bool = False
     cache_salt: str | None = None
     cache_key: str | None = None
+    weight_bound: WeightBound | None = None
 
     def engine_fields(self) -> dict[str, Any]:
         return {"top_k": self.top_k, "min_p": self.min_p,
                 "repetition_penalty": self.repetition_penalty, "min_tokens": self.min_tokens,
                 "logit_bias": self.logit_bias, "stop_token_ids": self.stop_token_ids,
                 "ignore_eos": self.ignore_eos, "cache_salt": self.cache_salt,
-                "cache_key": self.cache_key}
+                "cache_key": self.cache_key, "weight_bound": self.weight_bound}
 
 
 def vllm_params(req: VllmSamplingFields | GenerateSamplingParams,
                 logit_bias: dict[str, float] | None, *, vocab_size: int, budget: int,
                 cache_salt: str | None, cache_key: str | None = None,
-                prefix: str = "") -> VllmParams:
+                weight_bound: WeightBound | None = None, prefix: str = "") -> VllmParams:
     """Check vLLM's sampling fields (and OpenAI's `logit_bias`) against the model; `prefix`:
     where they sit in the request (`sampling_params.` on /inference/v1/generate)."""
     top_k = req.top_k or 0
@@ -150,7 +153,15 @@ def vllm_params(req: VllmSamplingFields | GenerateSamplingParams,
         ignore_eos=req.ignore_eos,
         cache_salt=cache_salt,
         cache_key=cache_key,
+        weight_bound=weight_bound,
     )
+
+
+def weight_bound(req: WeightBoundFields, settings: Settings) -> WeightBound | None:
+    """The weights a request may be served by: its own bound, else the server's policy."""
+    if req.min_weight_version is None and req.max_staleness is None:
+        return settings.weight_bound
+    return WeightBound(req.min_weight_version, req.max_staleness, settings.weight_version_wait)
 
 
 _MAX_BIASES = 300  # OpenAI's limit

@@ -283,6 +283,10 @@ class EmbeddedEngine:
         """Times the engine process was started again after it died."""
         return int(read_status(self._status).get("restarts", 0))
 
+    def hold(self, replicas: Sequence[str], held: bool) -> None:
+        """`Controllable`: nothing to do: one replica has nowhere else to send a request (a
+        paused engine queues it until it resumes)."""
+
     async def control(self, call: ControlCall) -> list[ControlAnswer]:
         """`Controllable`: vLLM's RL endpoints, answered by the engine process."""
         answers: list[ControlAnswer] = await self._call("control", call)

@@ -10,7 +10,7 @@ directory (`TOKENWIRE_RUN_DIR`, made by the supervising process):
   verifies it again (each needs the replica's answers anyway);
 - the fleet's control state (paused and how, the weight version), which a control call sets
   through whichever worker took it and every worker's health check applies to a rejoining
-  replica.
+  replica; and the replicas a rolling update holds out of routing while it updates them.
 Strings and worker slots change under an `flock`; counters do not. A worker's row is claimed by
 its pid at start; a dead worker's row is taken over by the next worker to start (uvicorn
 restarts it). One worker (no run directory): the same layout in anonymous memory.
@@ -35,7 +35,7 @@ __all__ = ["MAX_LABEL", "RUN_DIR_ENV", "Board"]
 RUN_DIR_ENV = "TOKENWIRE_RUN_DIR"
 """Where the supervising process keeps what its workers share (boards, metrics)."""
 
-_MAGIC = 0x74776272_64000001  # "twbrd" and the layout's version
+_MAGIC = 0x74776272_64000002  # "twbrd" and the layout's version
 _TEXT = 1024  # bytes of a reason or a version label (with its length)
 MAX_LABEL = _TEXT - 2
 """The longest weight version label (bytes of UTF-8) the fleet remembers."""
@@ -61,10 +61,11 @@ class Board:
         self._n = n_replicas
         self._w = max(1, max_workers)
         # cells (int64): magic, fleet paused mode, version length, then per worker: pid,
-        # in flight [n], served [n]; then per replica: down count
+        # in flight [n], served [n]; then per replica: down count; then per replica: held
         self._row = 1 + 2 * n_replicas
         self._down_at = 3 + self._w * self._row
-        cells = self._down_at + n_replicas
+        self._held_at = self._down_at + n_replicas
+        cells = self._held_at + n_replicas
         self._text_at = cells * 8
         size = self._text_at + _TEXT * (1 + n_replicas)
         self._fd: int | None = None
@@ -156,6 +157,13 @@ class Board:
     def down_reason(self, replica: int) -> str:
         with self._locked():
             return self._read_text(1 + replica)
+
+    def held(self, replica: int) -> bool:
+        """Held out of routing by a rolling update (whichever worker runs it)."""
+        return bool(self._cells[self._held_at + replica])
+
+    def hold(self, replica: int, held: bool) -> None:
+        self._cells[self._held_at + replica] = int(held)
 
     # -- the fleet's control state -------------------------------------------------------------
 

@@ -13,6 +13,10 @@ serves: paused if the fleet is; and if the fleet's weights carry a version, kept
 own `/weight_info` says the same version (its weights came from disk, not from the trainer: a
 replica serving other weights under the fleet's label would mix versions silently). Control
 calls still reach a replica kept out, so the trainer's next push brings it in.
+
+What each replica serves and whether it is paused is what it reports: every health check reads
+its `/weight_info` and `/is_paused` (and every control answer updates them), so a box routes by
+the replicas' own state even when another box pushed the weights (versions.py orders them).
 """
 
 from __future__ import annotations
@@ -22,8 +26,9 @@ import logging
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
-from ...errors import InvalidRequestError
+from ...errors import InvalidRequestError, UnsupportedParameterError
 from ..base import ControlAnswer, ControlCall
+from ..versions import VersionOrder
 from .board import MAX_LABEL
 from .replica import Replica
 from .transport import TRANSPORT_ERRORS
@@ -42,6 +47,10 @@ class FleetControl:
     def __init__(self, engine: UpstreamEngine):
         self._engine = engine
         self._board = engine.board  # every worker of the box remembers the same state
+        self.order = VersionOrder()
+        self._reports: dict[str, bool] = {}
+        """Which of weight_info / is_paused the protocol has (False: refused by name)."""
+        self._refreshing: asyncio.Future[Any] | None = None
 
     @property
     def paused(self) -> str | None:
@@ -61,11 +70,59 @@ class FleetControl:
                                       "(UTF-8)", param=label[0])
         method, path, body = self._engine.control_request(call)
         query = f"?{urlencode(call.query)}" if call.query and "?" not in path else ""
+        reached = [r for r in self._engine.replicas
+                   if call.replicas is None or r.name in call.replicas]
+        if label is not None:
+            self.order.see([label[1]])  # the order the fleet is given versions in
         answers = await asyncio.gather(*(self._one(r, call, method, path + query, body)
-                                         for r in self._engine.replicas))
-        if any(a.ok for a in answers):
+                                         for r in reached))
+        for r, a in zip(reached, answers, strict=True):
+            if a.ok:
+                self._learn(r, call, a.body)
+        if any(a.ok for a in answers) and call.replicas is None:
             self._remember(call)
+        elif label is not None and any(a.ok for a in answers):
+            self._board.weight_version = label[1]  # a rolling update: the fleet's from now
         return list(answers)
+
+    def _learn(self, r: Replica, call: ControlCall, body: Any) -> None:
+        """What a replica's answer to `call` says of its state."""
+        label = self._label(call)
+        if label is not None:
+            r.weight_version = label[1]
+        elif call.op == "weight_info" and isinstance(body, dict):
+            r.weight_version = body.get("weight_version")
+            self.order.see([r.weight_version])
+        elif call.op == "pause":
+            r.paused = True
+        elif call.op == "resume":
+            r.paused = False
+        elif call.op == "is_paused" and isinstance(body, dict):
+            r.paused = bool(body.get("is_paused"))
+
+    async def observe(self, r: Replica) -> None:
+        """Read a replica's version and pause state from the replica itself."""
+        for op in ("weight_info", "is_paused"):
+            if self._reports.get(op) is False:
+                continue
+            call = ControlCall(op)
+            try:
+                status, data = await self._ask(r, call)
+            except UnsupportedParameterError:  # the protocol has no such call
+                self._reports[op] = False
+                continue
+            if status == 200:
+                self._reports[op] = True
+                self._learn(r, call, data)
+
+    async def refresh(self) -> None:
+        """Every healthy replica's version and pause state, read now (requests waiting
+        together share one reading)."""
+        if self._refreshing is None or self._refreshing.done():
+            self._refreshing = asyncio.ensure_future(asyncio.gather(
+                *(self.observe(r) for r in self._engine.replicas if r.healthy),
+                return_exceptions=True))
+        await asyncio.shield(self._refreshing)
 
     async def _one(self, r: Replica, call: ControlCall, method: str, path: str,
                    body: Any) -> ControlAnswer:
@@ -94,8 +151,10 @@ class FleetControl:
         if call.op == "pause":
             mode = dict(call.query).get("mode", "abort")
             self._board.paused = mode if mode in ("abort", "wait", "keep") else "abort"
-        elif call.op == "resume":
+        elif call.op == "resume":  # the whole fleet serves: a stopped roll's hold ends too
             self._board.paused = None
+            for r in self._engine.replicas:
+                self._board.hold(r.index, False)
         elif label is not None:
             self._board.weight_version = label[1]
 

@@ -264,11 +264,48 @@ class UpstreamEngine:
         (migration.py)."""
         return MigratingStream(self, prompt, params, await self.admit(prompt, params))
 
+    def hold(self, replicas: Sequence[str], held: bool) -> None:
+        """`Controllable`: keep replicas out of routing (every worker of the box), or not."""
+        for r in self._replicas:
+            if r.name in replicas:
+                self.board.hold(r.index, held)
+
+    def _usable(self, params: SamplingParams) -> list[bool]:
+        """The replicas a request may go to: healthy, within its weight bound, and not paused
+        or held by a rolling update (unless every such one is: the fleet is paused, and they
+        queue it until they resume)."""
+        reps = self._replicas
+        ok = [r.healthy for r in reps]
+        if params.weight_bound is not None:
+            within = self.fleet.order.admits(params.weight_bound,
+                                             [r.weight_version for r in reps])
+            ok = [a and b for a, b in zip(ok, within, strict=True)]
+        serving = [a and not (r.paused or r.held) for a, r in zip(ok, reps, strict=True)]
+        return serving if any(serving) else [a and not r.held for a, r in zip(ok, reps,
+                                                                              strict=True)]
+
+    async def _within_bound(self, params: SamplingParams) -> list[bool]:
+        """Wait (up to the bound's wait) for a replica within the request's weight bound."""
+        usable = self._usable(params)
+        bound = params.weight_bound
+        if bound is None or any(usable) or not any(r.healthy for r in self._replicas):
+            return usable
+        deadline = time.monotonic() + bound.wait
+        while time.monotonic() < deadline:
+            await asyncio.sleep(min(0.25, max(0.0, deadline - time.monotonic())))
+            await self.fleet.refresh()  # the replicas' own word, not what this box remembers
+            usable = self._usable(params)
+            if any(usable):
+                return usable
+        raise self.fleet.order.unavailable(bound, [
+            (r.name, r.weight_version, "paused" if r.paused or r.held else
+             "serving" if r.healthy else "down") for r in self._replicas])
+
     async def admit(self, prompt: Sequence[int], params: SamplingParams) -> UpstreamStream:
         """One admission: the replicas in the router's order, with fail-over."""
         check_prompt(prompt, self.info)
         reps = self._replicas
-        order = self._router.order(prompt, [r.healthy for r in reps],
+        order = self._router.order(prompt, await self._within_bound(params),
                                    [r.in_flight for r in reps], salt=params.cache_salt,
                                    cache_key=params.cache_key)
         failures: list[_Failover] = []

@@ -107,6 +107,10 @@ class Health:
                 return
             log.info("upstream %s is up", r.url)
         r.up()
+        try:  # its weights' version and pause state, as it reports them (routing reads them)
+            await self._engine.fleet.observe(r)
+        except (*TRANSPORT_ERRORS, *MALFORMED) as exc:
+            log.debug("upstream %s: its state could not be read: %r", r.url, exc)
 
     async def _verify(self, r: Replica) -> None:
         info = await self._engine.describe(r)

@@ -39,6 +39,10 @@ class Replica:
     """Set once the replica is verified (model, context, tokenizer)."""
     refused: str | None = None
     """Why this replica may never be used (it serves another model or tokenizer)."""
+    weight_version: str | None = None
+    """Its weights' label as it last reported it (health checks, control answers)."""
+    paused: bool = False
+    """Paused, as it last reported (`/is_paused`) or a control call through this box set."""
     _up: bool = False
     _seen: int = 0
     """The board's down count when this worker last brought it up."""
@@ -64,6 +68,11 @@ class Replica:
         self.reason = reason
         self.info = None
 
+    @property
+    def held(self) -> bool:
+        """Held out of routing by a rolling update (by any worker of the box)."""
+        return self.board.held(self.index)
+
     def seat(self) -> Seat:
         """A request's place in this replica's in-flight count, from its send to its end."""
         return Seat(self)
@@ -81,7 +90,9 @@ class Replica:
         healthy = self.healthy
         return ReplicaHealth(url=self.url, name=self.name, healthy=healthy,
                              reason=None if healthy else (self.refused or self.reason),
-                             in_flight=self.in_flight, served=self.served)
+                             in_flight=self.in_flight, served=self.served,
+                             weight_version=self.weight_version,
+                             paused=self.paused or self.held)
 
 
 class Seat:

@@ -301,6 +301,7 @@ def to_chat_request(req: MessagesRequest) -> tuple[ChatCompletionRequest, ParamM
     prefill = req.messages[-1].role == "assistant"
     chat = ChatCompletionRequest(
         model=req.model, messages=messages, tokenizer_version=req.tokenizer_version,
+        min_weight_version=req.min_weight_version, max_staleness=req.max_staleness,
         tokenizer_fallback=req.tokenizer_fallback,
         response_format_tokens=req.response_format_tokens,
         return_token_ids=req.return_token_ids,

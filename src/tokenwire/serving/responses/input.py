@@ -239,6 +239,7 @@ def to_chat_request(req: ResponsesRequest) -> tuple[ChatCompletionRequest, Param
     logprobs = req.includes(LOGPROBS)
     chat = ChatCompletionRequest(
         model=req.model, messages=messages, tokenizer_version=req.tokenizer_version,
+        min_weight_version=req.min_weight_version, max_staleness=req.max_staleness,
         tokenizer_fallback=req.tokenizer_fallback,
         response_format_tokens=req.includes(OUTPUT_TOKEN_IDS),
         return_token_ids=req.includes(INPUT_TOKEN_IDS),

@@ -1,0 +1,119 @@
+"""Weight versions in order, and which replicas a staleness bound lets serve a request.
+
+Labels are free strings (vLLM's `weight_version`); they are ordered by the order in which the
+fleet was given them, as a box sees it: a label is placed when the box first meets it, through a
+control call it passes on or a replica's own `/weight_info`. Labels first met together (a box
+started in the middle of a rolling update sees two at once) are placed in natural order
+("step-9" before "step-10"), which is right for the numbered labels trainers write. What a
+replica serves is what it reports, never what a box remembers pushing: several boxes in front of
+one fleet route alike.
+
+A bound (`WeightBound`) is smg's version policy (`--rl-version-policy`: `any`, `latest-only`,
+`min-version:<v>`, `max-staleness:<k>`) as a request's fields: `min_weight_version` (that version
+or a later one) and `max_staleness` (at most k versions behind the newest a replica of the fleet
+serves; 0 is latest-only).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from ..errors import WeightVersionUnavailableError
+
+__all__ = ["VersionOrder", "WeightBound", "parse_policy"]
+
+_MEMORY = 4096
+"""Labels an order remembers: a bound naming one forgotten since is treated as never seen."""
+
+
+@dataclass(frozen=True)
+class WeightBound:
+    """Which weights may serve a request."""
+
+    min_version: str | None = None
+    max_staleness: int | None = None
+    wait: float = 30.0
+    """Seconds a request waits for a replica that satisfies the bound before it is refused."""
+
+    def describe(self) -> str:
+        parts = []
+        if self.min_version is not None:
+            parts.append(f"min_weight_version {self.min_version!r}")
+        if self.max_staleness is not None:
+            parts.append(f"max_staleness {self.max_staleness}")
+        return " and ".join(parts)
+
+    @property
+    def param(self) -> str:
+        return "min_weight_version" if self.min_version is not None else "max_staleness"
+
+
+def parse_policy(text: str, *, wait: float = 30.0) -> WeightBound | None:
+    """smg's policy names (`any`, `latest-only`, `min-version:<v>`, `max-staleness:<k>`) as a
+    bound; None for `any`. A ValueError names what is wrong."""
+    if text == "any":
+        return None
+    if text == "latest-only":
+        return WeightBound(max_staleness=0, wait=wait)
+    kind, sep, value = text.partition(":")
+    if sep and kind == "min-version" and value:
+        return WeightBound(min_version=value, wait=wait)
+    if sep and kind == "max-staleness" and value.isdigit():
+        return WeightBound(max_staleness=int(value), wait=wait)
+    raise ValueError(f"{text!r} is not a version policy: any, latest-only, min-version:<label> "
+                     "or max-staleness:<k>")
+
+
+def _natural(label: str) -> list[tuple[int, int | str]]:
+    return [(0, int(p)) if p.isdigit() else (1, p) for p in re.split(r"(\d+)", label) if p]
+
+
+class VersionOrder:
+    """The labels a box has met, in order (the latest `_MEMORY`)."""
+
+    def __init__(self) -> None:
+        self._rank: OrderedDict[str, int] = OrderedDict()
+        self._next = 0
+
+    def see(self, labels: Iterable[str | None]) -> None:
+        """Place the labels not met before, after every label met before."""
+        new = sorted({x for x in labels if x is not None and x not in self._rank}, key=_natural)
+        for label in new:
+            self._rank[label] = self._next
+            self._next += 1
+            if len(self._rank) > _MEMORY:
+                self._rank.popitem(last=False)
+
+    def rank(self, label: str | None) -> int | None:
+        return None if label is None else self._rank.get(label)
+
+    def admits(self, bound: WeightBound, versions: Sequence[str | None]) -> list[bool]:
+        """Which of the replicas serving `versions` (None: unknown) the bound lets serve."""
+        ranks = [self.rank(v) for v in versions]
+        known = [r for r in ranks if r is not None]
+        newest = max(known, default=None)
+        floor = None if bound.min_version is None else self.rank(bound.min_version)
+        out = []
+        for r in ranks:
+            ok = r is not None
+            if ok and bound.min_version is not None:
+                ok = floor is not None and r >= floor  # type: ignore[operator]
+            if ok and bound.max_staleness is not None:
+                ok = newest is not None and newest - r <= bound.max_staleness  # type: ignore
+            out.append(ok)
+        return out
+
+    def unavailable(self, bound: WeightBound, present: Sequence[tuple[str, str | None, str]],
+                    ) -> WeightVersionUnavailableError:
+        """The refusal of a request no replica could serve within its wait; `present`: each
+        replica's name, version and state."""
+        held = "; ".join(f"{name}: {version!r} ({state})" for name, version, state in present)
+        unknown = (bound.min_version is not None and self.rank(bound.min_version) is None)
+        return WeightVersionUnavailableError(
+            f"no replica serves weights within {bound.describe()} after {bound.wait:g} s"
+            + (f" ({bound.min_version!r} was never served)" if unknown else "")
+            + f"; present: {held or 'none'}", param=bound.param)
+

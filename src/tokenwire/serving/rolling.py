@@ -1,0 +1,171 @@
+"""Rolling updates: new weights for a fleet a few replicas at a time, the rest serving.
+
+For each batch of `max_unavailable` replicas that do not yet report the target version: hold
+them out of routing, pause them (`wait`: what runs there finishes), run the client's update
+calls on them (vLLM's own: `collective_rpc` `reload_weights`, `update_weights`...), label the
+weights, reset the prefix cache, read the label back, resume them and route to them again. A
+request meanwhile goes to a replica that serves; its samples name the weights that made them.
+
+A failure stops the roll where it is: the batch that failed stays paused and out of routing
+(its weights are whatever the failed call left: never served under a label), and the 502 says
+which replica holds which version. The same call again resumes the roll: replicas that report
+the target version are skipped, so only the rest is redone. One roll at a time on a box; a
+paused fleet (the trainer's pause) is refused rather than resumed behind the trainer's back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ..engines.base import ControlAnswer, ControlCall, Controllable
+from ..errors import (
+    ReplicaControlError,
+    RollingUpdateError,
+    UnsupportedParameterError,
+)
+from ..protocol.control import RollingUpdateBody
+from .models import ModelRegistry, ServedModel
+
+__all__ = ["RollingUpdates"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Replica:
+    model: str
+    name: str
+    version: str | None
+    state: str = "pending"
+    """current (already at the target), updated, failed, held (in the failed batch), pending"""
+    answer: ControlAnswer | None = None
+
+    def report(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"model": self.model, "replica": self.name,
+                               "weight_version": self.version, "state": self.state}
+        if self.answer is not None and not self.answer.ok:
+            out.update(status=self.answer.status, body=self.answer.body)
+        return out
+
+
+class _Stopped(Exception):
+    """A call failed on some replica of the batch."""
+
+    def __init__(self, op: str, answers: list[ControlAnswer], why: str):
+        super().__init__(f"{op}: {why}")
+        self.op = op
+        self.answers = answers
+
+
+class RollingUpdates:
+    def __init__(self, models: ModelRegistry):
+        self._models = models
+        self._lock = asyncio.Lock()
+        self._left: set[tuple[str, str]] = set()
+        """(model, replica) a failed roll left paused: a retry takes them up again."""
+
+    async def run(self, body: RollingUpdateBody) -> dict[str, Any]:
+        if self._lock.locked():
+            raise RollingUpdateError("a rolling update is running on this server: wait for "
+                                     "its answer (one roll at a time)")
+        async with self._lock:
+            started = time.monotonic()
+            reports: list[_Replica] = []
+            for m in self._models.all():
+                reports += await self._model(m, body, reports)
+            return {"weight_version": body.weight_version,
+                    "seconds": round(time.monotonic() - started, 3),
+                    "replicas": [r.report() for r in reports]}
+
+    async def _model(self, m: ServedModel, body: RollingUpdateBody,
+                     earlier: list[_Replica]) -> list[_Replica]:
+        engine = m.engine
+        if not isinstance(engine, Controllable):
+            raise UnsupportedParameterError(
+                f"model {m.id!r}: its engine has no control plane (rolling_update)",
+                param="rolling_update")
+        info = await engine.control(ControlCall("weight_info"))
+        reps = [_Replica(m.id, a.replica, a.body.get("weight_version")
+                         if a.ok and isinstance(a.body, dict) else None, answer=a)
+                for a in info]
+        if any(not a.ok for a in info):
+            for r in reps:
+                r.state = "failed" if r.answer is not None and not r.answer.ok else "pending"
+            raise self._error(m, "weight_info", "could not read every replica's version: "
+                              "nothing was changed", earlier + reps)
+        await self._refuse_paused(m, engine)
+        for r in reps:
+            r.answer = None
+            if r.version == body.weight_version and (m.id, r.name) not in self._left:
+                r.state = "current"
+        todo = [r for r in reps if r.state == "pending"]
+        k = body.max_unavailable
+        for i in range(0, len(todo), k):
+            batch = todo[i:i + k]
+            try:
+                await self._update(engine, batch, body)
+            except _Stopped as exc:
+                for r in batch:
+                    r.state = "held"
+                    self._left.add((m.id, r.name))
+                for a in exc.answers:
+                    r = next(x for x in batch if x.name == a.replica)
+                    r.answer, r.state = a, "failed"
+                raise self._error(m, exc.op, str(exc), earlier + reps) from None
+            for r in batch:
+                r.state, r.version = "updated", body.weight_version
+                self._left.discard((m.id, r.name))
+        return reps
+
+    async def _refuse_paused(self, m: ServedModel, engine: Controllable) -> None:
+        """A fleet the trainer paused is not resumed by a roll."""
+        try:
+            answers = await engine.control(ControlCall("is_paused"))
+        except UnsupportedParameterError:  # the protocol cannot say (SGLang)
+            return
+        paused = [a.replica for a in answers if a.ok and isinstance(a.body, dict)
+                  and a.body.get("is_paused") and (m.id, a.replica) not in self._left]
+        if paused and len(paused) == len(answers):
+            raise RollingUpdateError(
+                f"model {m.id!r}: the fleet is paused (a control call paused it): resume it "
+                "first, or update it with the plain control calls", code="fleet_paused")
+
+    async def _update(self, engine: Controllable, batch: list[_Replica],
+                      body: RollingUpdateBody) -> None:
+        names = tuple(r.name for r in batch)
+        calls = [ControlCall("pause", (("mode", body.pause_mode),)),
+                 *(ControlCall(s.op, tuple(s.query.items()), s.body) for s in body.calls),
+                 ControlCall("update_weight_version", body={"new_version": body.weight_version}),
+                 ControlCall("reset_prefix_cache"), ControlCall("weight_info")]
+        log.info("rolling update to %r: %s", body.weight_version, ", ".join(names))
+        engine.hold(names, True)
+        for call in calls:
+            answers = await engine.control(replace(call, replicas=names))
+            failed = [a for a in answers if not a.ok]
+            if call.op == "reset_prefix_cache":  # vLLM answers 200 with success false
+                failed += [a for a in answers if a.ok and isinstance(a.body, dict)
+                           and a.body.get("success") is False]
+            if call.op == "weight_info":
+                failed += [a for a in answers if a.ok and (not isinstance(a.body, dict) or
+                           a.body.get("weight_version") != body.weight_version)]
+            if failed:
+                raise _Stopped(call.op, failed, "; ".join(
+                    f"{a.replica} answered {a.status}: {str(a.body)[:200]}" for a in failed))
+        answers = await engine.control(replace(ControlCall("resume"), replicas=names))
+        failed = [a for a in answers if not a.ok]
+        if failed:
+            raise _Stopped("resume", failed, "the weights are updated but it did not resume")
+        engine.hold(names, False)
+
+    @staticmethod
+    def _error(m: ServedModel, op: str, why: str,
+               reps: list[_Replica]) -> ReplicaControlError:
+        held = ", ".join(f"{r.name}: {r.version!r} ({r.state})" for r in reps)
+        return ReplicaControlError(
+            f"the rolling update of {m.id!r} stopped at {op}: {why}. The replicas now: {held}. "
+            "The replicas left paused are out of routing; the same call again resumes the "
+            "roll", replicas=[r.report() for r in reps])
