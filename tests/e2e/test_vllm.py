@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from tests.e2e.test_gateway import (
     wait_for,
 )
 from tests.e2e.test_rl_loop import check_rows, run_loop
+from tests.e2e.test_rolling import Load, ask
 from tests.upstreams import Upstream, hf_model_dir, vllm_server
 from tokenwire.tokenizers.hf import HFTokenizer
 
@@ -213,6 +215,50 @@ def test_the_rl_loop_through_the_gateway(pair: list[Upstream], tmp_path: Path) -
         # (the trained policy answers briefly: the span covers what it sampled, stop included)
         assert g.get("choices", [{}])[0].get("weight_versions") == [
             {"version": "step-2", "start": 0, "end": g["usage"]["completion_tokens"]}], g
+
+
+def test_a_rolling_update_of_two_vllm_replicas(pair: list[Upstream], tmp_path: Path) -> None:
+    """vLLM's own `reload_weights` (from disk, what its CPU build can do) one replica at a time
+    while requests keep coming: none fails, each sample names one version, the old or the new;
+    a request bounded to the new version waits for it and is served by it; one no replica can
+    serve is a 409 naming the versions present."""
+    hf = hf_model_dir()
+    with gateway(tmp_path, engine="vllm", upstream=[u.url for u in pair], health_interval=0.3,
+                 api_keys=["user"], admin_keys=["admin"], weight_version_wait=300) as http:
+        wait_for(lambda: all(r["healthy"] for r in replicas(http)), 120)
+        old = http.get("/weight_info", headers=ADMIN).json()["weight_version"]
+        waited: list[httpx.Response] = []
+        waiter = threading.Thread(target=lambda: waited.append(
+            ask(http, "Say only no.", min_weight_version="roll-1")))
+        waiter.start()
+        with Load(http) as load:
+            time.sleep(2.0)
+            started = time.monotonic()
+            r = http.post("/rolling_update", headers=ADMIN, json={
+                "weight_version": "roll-1", "calls": [{"op": "collective_rpc", "body": {
+                    "method": "reload_weights", "kwargs": {"weights_path": str(hf)}}}]})
+            took = time.monotonic() - started
+            time.sleep(2.0)
+        assert r.status_code == 200, r.text
+        assert [x["state"] for x in r.json()["replicas"]] == ["updated", "updated"]
+        waiter.join(timeout=120)
+        print(f"rolling update of two vLLM replicas: {took:.1f} s; {len(load.results)} "
+              "requests meanwhile")
+        assert load.results and all(st == 200 for st, _ in load.results), load.results
+        assert all(len(vs) == 1 for _, vs in load.results)
+        assert {v for _, vs in load.results for v in vs} == {old, "roll-1"}
+        assert waited[0].status_code == 200, waited[0].text
+        assert waited[0].json()["choices"][0]["weight_versions"][0]["version"] == "roll-1"
+        assert [direct(u, "GET", "/weight_info") for u in pair] == \
+            [{"weight_version": "roll-1"}] * 2
+    with gateway(tmp_path, engine="vllm", upstream=[u.url for u in pair], health_interval=0.3,
+                 weight_version_wait=1) as http:
+        wait_for(lambda: all(r["healthy"] for r in replicas(http)), 120)
+        r = ask(http, "Say only yes.", min_weight_version="roll-2")
+        assert (r.status_code, r.json()["error"]["code"]) == (409, "weight_version_unavailable")
+        assert "replica 1: 'roll-1' (serving); replica 2: 'roll-1' (serving)" in \
+            r.json()["error"]["message"]
+        assert ask(http, "Say only yes.", max_staleness=0).status_code == 200
 
 
 def test_a_stream_survives_the_loss_of_its_replica(pair: list[Upstream],

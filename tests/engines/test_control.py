@@ -17,7 +17,12 @@ from tests.engines.test_llamacpp import ids, run
 from tokenwire.engines._control import content_version
 from tokenwire.engines.base import ControlCall, FinishEvent, SamplingParams, TokenEvent, WeightSpan
 from tokenwire.engines.llamacpp import LlamaCppEngine
-from tokenwire.errors import InvalidRequestError, UnsupportedParameterError
+from tokenwire.engines.versions import WeightBound
+from tokenwire.errors import (
+    InvalidRequestError,
+    UnsupportedParameterError,
+    WeightVersionUnavailableError,
+)
 from tokenwire.rl.lora import write_lora_gguf
 
 pytestmark = [pytest.mark.anyio, pytest.mark.engine]
@@ -80,6 +85,29 @@ async def test_every_sample_says_which_weights_made_it(eng: LlamaCppEngine, prom
     assert await call(eng, "weight_info") == {"weight_version": "step-1"}
     _, finish = await run(eng, prompt, max_tokens=5, ignore_eos=True)
     assert finish.weight_versions == (WeightSpan("step-1", 0, 5),)
+
+
+async def test_a_request_bounded_by_version_waits_for_it(eng: LlamaCppEngine,
+                                                         prompt: list[int]) -> None:
+    """Alone, the engine serves the newest weights (any max_staleness holds); a
+    min_weight_version it has not carried yet waits for its label, up to the bound's wait."""
+    version = eng.weight_version
+    _, finish = await run(eng, prompt, max_tokens=2,
+                          weight_bound=WeightBound(min_version=version, max_staleness=0))
+    assert finish.weight_versions is not None and finish.weight_versions[0].version == version
+    with pytest.raises(WeightVersionUnavailableError, match="'step-9' was never served"):
+        await run(eng, prompt, weight_bound=WeightBound(min_version="step-9", wait=0.3))
+    waiting = asyncio.create_task(run(eng, prompt, max_tokens=2, weight_bound=WeightBound(
+        min_version="step-9", wait=30)))
+    await asyncio.sleep(0.3)
+    assert not waiting.done()
+    await call(eng, "update_weight_version", {"new_version": "step-9"})
+    _, finish = await waiting
+    assert finish.weight_versions is not None and finish.weight_versions[0].version == "step-9"
+    await call(eng, "update_weight_version", {"new_version": "step-10"})
+    _, finish = await run(eng, prompt, max_tokens=2, weight_bound=WeightBound(
+        min_version=version))  # an older version: the newer weights serve it
+    assert finish.weight_versions is not None and finish.weight_versions[0].version == "step-10"
 
 
 async def collect(stream: object) -> tuple[list[int], FinishEvent]:

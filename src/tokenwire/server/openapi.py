@@ -34,6 +34,7 @@ from ..protocol.anthropic import (
 from ..protocol.chat import ChatCompletion, ChatCompletionChunk, ChatCompletionRequest
 from ..protocol.common import ErrorResponse, ModelCard, ModelList, Version
 from ..protocol.completions import Completion, CompletionChunk, CompletionRequest
+from ..protocol.control import ROLLING_UPDATE, RollingUpdateBody
 from ..protocol.generate import GenerateRequest, GenerateResponse, GenerateStreamResponse
 from ..protocol.health import Health
 from ..protocol.render import RenderResponse
@@ -241,6 +242,17 @@ ENDPOINTS: dict[tuple[str, str], Endpoint] = {
                                "replica's status and body",
                 "content": {"application/json": {"schema": {"type": "object"}}}}})
        for op, (method, path) in CONTROL_OPS.items()},
+    ROLLING_UPDATE: Endpoint(
+        "New weights for the fleet a few replicas at a time (each held out of routing, paused, "
+        "updated by `calls`, labelled, read back, resumed); replicas already on "
+        "`weight_version` are skipped, so the same call resumes a roll that stopped; admin "
+        "keys only", RollingUpdateBody, errors=(400, 403, 409, 502), raw={"200": {
+            "description": "`weight_version`, `seconds`, and `replicas`: each replica's model, "
+                           "name, version and state (current, updated)",
+            "content": {"application/json": {"schema": {"type": "object"}}}}},
+        example={"weight_version": "step-8", "max_unavailable": 1, "calls": [
+            {"op": "collective_rpc", "body": {"method": "reload_weights",
+                                              "kwargs": {"weights_path": "/ckpt/step-8"}}}]}),
 }
 
 #: paths served but not in the document, and why
