@@ -26,6 +26,7 @@ from tests.e2e.test_gateway import (
 )
 from tests.e2e.test_rl_loop import check_rows, run_loop
 from tests.e2e.test_rolling import Load, ask
+from tests.e2e.test_rolling import replicas as replicas_with_key
 from tests.upstreams import Upstream, hf_model_dir, vllm_server
 from tokenwire.tokenizers.hf import HFTokenizer
 
@@ -225,7 +226,7 @@ def test_a_rolling_update_of_two_vllm_replicas(pair: list[Upstream], tmp_path: P
     hf = hf_model_dir()
     with gateway(tmp_path, engine="vllm", upstream=[u.url for u in pair], health_interval=0.3,
                  api_keys=["user"], admin_keys=["admin"], weight_version_wait=300) as http:
-        wait_for(lambda: all(r["healthy"] for r in replicas(http)), 120)
+        wait_for(lambda: all(r["healthy"] for r in replicas_with_key(http)), 120)
         old = http.get("/weight_info", headers=ADMIN).json()["weight_version"]
         waited: list[httpx.Response] = []
         waiter = threading.Thread(target=lambda: waited.append(
