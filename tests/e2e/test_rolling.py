@@ -16,6 +16,7 @@ import pytest
 
 from tests.e2e.test_gateway import MODEL, gateway, wait_for
 from tests.upstreams import Upstream
+from tokenwire.client import Client
 from tokenwire.rl.lora import write_lora_gguf
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
@@ -112,9 +113,10 @@ def test_a_rolling_update_under_load(fleet: httpx.Client, two: list[Upstream],
     assert [x["weight_version"] for x in replicas(http)] == ["step-1", "step-1"]
     assert [httpx.get(u.url + "/weight_info").json()["weight_version"] for u in two] == \
         ["step-1"] * 2
-    # the same call again: nothing left to do
-    r = http.post("/rolling_update", headers=ADMIN, json={"weight_version": "step-1"})
-    assert [x["state"] for x in r.json()["replicas"]] == ["current", "current"]
+    # the same call again (through the Python client): nothing left to do
+    with Client(str(http.base_url).rstrip("/") + "/v1", api_key="admin") as client:
+        again = client.control("rolling_update", {"weight_version": "step-1"})
+    assert [x["state"] for x in again["replicas"]] == ["current", "current"]
 
 
 def test_a_roll_that_stops_says_who_holds_what_and_resumes(fleet: httpx.Client,

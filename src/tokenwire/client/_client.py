@@ -227,7 +227,8 @@ class Client(_Base):
                 **query: Any) -> dict[str, Any]:
         """A control-plane call for every replica at once (vLLM's RL endpoints by name:
         `pause` with `mode=`, `resume`, `update_weights`, `update_weight_version`,
-        `weight_info`, `reset_prefix_cache`, ...); vLLM's answer, plus `replicas`."""
+        `weight_info`, `reset_prefix_cache`, ...; and tokenwire's `rolling_update`); vLLM's
+        answer, plus `replicas`."""
         method, url = control_target(self._http.base_url, op, query)
         result: dict[str, Any] = self._send(method, url, json=body).json()
         return result

@@ -13,7 +13,7 @@ import httpx
 from pydantic import BaseModel
 
 from ..errors import error_from_body
-from ..protocol.control import CONTROL_OPS
+from ..protocol.control import CONTROL_OPS, ROLLING_UPDATE
 
 __all__ = [
     "DONE",
@@ -75,7 +75,7 @@ def chat_body(model: str, messages: Sequence[Any], params: dict[str, Any]) -> di
 def control_target(base_url: httpx.URL, op: str, query: Mapping[str, Any]) -> tuple[str, str]:
     """(method, absolute URL) of a control call: vLLM's paths, at the server's root (beside
     `/v1`, not under it)."""
-    method, path = CONTROL_OPS[op]
+    method, path = ROLLING_UPDATE if op == "rolling_update" else CONTROL_OPS[op]
     root = str(base_url).rstrip("/").removesuffix("/v1")
     params = {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in query.items()}
     return method, str(httpx.URL(root + path, params=params))
