@@ -271,6 +271,40 @@ def _chat(args: argparse.Namespace) -> int:
             history.append({"role": "assistant", "token_ids": sampled})
 
 
+def _export_rollouts(args: argparse.Namespace) -> int:
+    """The stored completions of one API key as rollout rows in a Parquet file."""
+    import asyncio
+
+    from .config import Settings
+    from .rl.rollouts import stored_rollouts, write_parquet
+    from .storage import open_store, owner_of
+
+    metadata = dict(_pair(x) for x in args.metadata or [])
+    url = args.storage or Settings().storage_url()
+    if url is None:
+        raise _UsageError("the server keeps no records (storage none): name --storage")
+
+    async def rows() -> list[dict[str, object]]:
+        store = open_store(url)
+        try:
+            return [r async for r in stored_rollouts(store, owner_of(args.api_key),
+                                                     model=args.model,
+                                                     metadata=metadata or None)]
+        finally:
+            await store.aclose()
+
+    n = write_parquet(asyncio.run(rows()), args.out)
+    print(f"{n} rollouts -> {args.out}")
+    return 0
+
+
+def _pair(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise _UsageError(f"--metadata takes KEY=VALUE, not {text!r}")
+    return key, value
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tokenwire", description="Token-native LLM API server.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -350,6 +384,17 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--tokenizer-version")
     d.add_argument("--artifact", type=Path)
     d.set_defaults(func=_detokenize)
+
+    e = sub.add_parser("export-rollouts", help="stored chat completions as rollout rows "
+                       "(ids, loss mask, logprobs, weight versions, reward) in a Parquet file")
+    e.add_argument("--out", type=Path, required=True, help="the Parquet file to write")
+    e.add_argument("--storage", help="the server's store (default: its storage setting)")
+    e.add_argument("--api-key", help="whose records (the key that stored them; none on a "
+                   "server without keys)")
+    e.add_argument("--model", help="only records of this model")
+    e.add_argument("--metadata", action="append", metavar="KEY=VALUE",
+                   help="only records whose metadata holds every pair")
+    e.set_defaults(func=_export_rollouts)
 
     c = sub.add_parser("chat", help="interactive streaming chat, kept in token ids")
     remote(c)
