@@ -72,8 +72,8 @@ class MigratingStream:
         self._moves: list[str] = []
         self._offset = 0
         """Output ids before the current replica's part (its spans start there)."""
-        self._version = engine.fleet.weight_version
-        """The fleet's weights label when the current replica took the sequence."""
+        self._version = _version_of(inner)
+        """The weights label the current replica reported when it took the sequence."""
         self._lost: list[WeightSpan | None] = []
         """Each lost replica's part: its span where its weights are known, else None."""
 
@@ -111,9 +111,9 @@ class MigratingStream:
             log.warning("not moving a lost sequence: %s", why)
             raise lost
         left = self._params.max_tokens - len(self._sent)
-        # a replica in rotation serves the fleet's label (fleet.join keeps others out): its
-        # part is that version if the label held from its admission to its loss
-        label = self._engine.fleet.weight_version
+        # the lost replica's part is the version it reported at admission, if it reported
+        # the same one last (weights change only paused, and a pause would have drained it)
+        label = _version_of(self._inner)
         known = label is not None and label == self._version
         if len(self._sent) > self._offset:
             self._lost.append(WeightSpan(label, self._offset, len(self._sent))
@@ -133,7 +133,7 @@ class MigratingStream:
             self._count("gave_up")
             raise lost from None
         self._offset = len(self._sent)
-        self._version = self._engine.fleet.weight_version
+        self._version = _version_of(self._inner)
         self._count("moved")
         log.warning("moved a sequence: %s", note)
         return None
@@ -167,3 +167,9 @@ class MigratingStream:
 
     async def aclose(self) -> None:
         await self._inner.aclose()
+
+
+def _version_of(stream: EventStream) -> str | None:
+    """The weights label the replica serving `stream` last reported."""
+    replica = getattr(stream, "replica", None)
+    return getattr(replica, "weight_version", None)

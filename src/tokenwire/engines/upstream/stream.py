@@ -69,6 +69,10 @@ class UpstreamStream:
         return self
 
     @property
+    def replica(self) -> Replica:
+        return self._replica
+
+    @property
     def ready(self) -> bool:
         """The next event is at hand (it came with the last read)."""
         return bool(self._pending)
