@@ -27,7 +27,7 @@ from tests.e2e.test_gateway import (
 from tests.e2e.test_rl_loop import check_rows, run_loop
 from tests.e2e.test_rolling import Load, ask
 from tests.e2e.test_rolling import replicas as replicas_with_key
-from tests.upstreams import Upstream, hf_model_dir, vllm_server
+from tests.upstreams import Upstream, hf_model_dir, peft_adapter, vllm_server
 from tokenwire.tokenizers.hf import HFTokenizer
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
@@ -42,9 +42,10 @@ STORY = "Tell me a long story about a dragon who learns to bake bread, {}."
 
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Upstream]]:
-    """Two vLLM replicas, started side by side (each takes about a minute)."""
+    """Two vLLM replicas (LoRA adapters loadable at run time), started side by side (each takes
+    about a minute)."""
     tmp = tmp_path_factory.mktemp("vllm")
-    ups = [vllm_server(tmp, start=False) for _ in range(2)]
+    ups = [vllm_server(tmp, start=False, lora=True) for _ in range(2)]
     errors: list[BaseException] = []
 
     def start(u: Upstream) -> None:
@@ -260,6 +261,77 @@ def test_a_rolling_update_of_two_vllm_replicas(pair: list[Upstream], tmp_path: P
         assert "replica 1: 'roll-1' (serving); replica 2: 'roll-1' (serving)" in \
             r.json()["error"]["message"]
         assert ask(http, "Say only yes.", max_staleness=0).status_code == 200
+
+
+def test_lora_adapters_on_the_fleet(pair: list[Upstream], tmp_path: Path) -> None:
+    """vLLM's /v1/load_lora_adapter through the gateway: loaded on both replicas in one call,
+    listed, named as the model; every sample names the adapter and its version; replaced in
+    place (each replica drained first) with no KV of the old adapter reused; bounded by its
+    versions; unloaded."""
+    a1, a2 = peft_adapter(tmp_path / "a1", 1), peft_adapter(tmp_path / "a2", 2)
+    system = "You are a terse assistant. " * 12  # two of vLLM's KV blocks and more
+    messages = [{"role": "system", "content": system},
+                {"role": "user", "content": "Name a colour."}]
+    with gateway(tmp_path, engine="vllm", upstream=[u.url for u in pair], health_interval=0.3,
+                 api_keys=["user"], admin_keys=["admin"], weight_version_wait=1) as http:
+        wait_for(lambda: all(r["healthy"] for r in replicas_with_key(http)), 120)
+
+        def ask_as(model: str, **kw: Any) -> dict[str, Any]:
+            r = http.post("/v1/chat/completions", headers=USER, json={
+                "model": model, "messages": messages, "temperature": 0, "max_tokens": 8,
+                "return_token_ids": True, **kw})
+            assert r.status_code == 200, r.text
+            return r.json()  # type: ignore[no-any-return]
+
+        r = http.post("/v1/load_lora_adapter", headers=ADMIN, json={
+            "lora_name": "tuned", "lora_path": str(a1), "version": "t1"})
+        assert r.status_code == 200, r.text
+        assert [x["status"] for x in r.json()["replicas"]] == [200, 200]
+        cards = {c["id"]: c for c in http.get("/v1/models", headers=USER).json()["data"]}
+        assert (cards["tuned"]["parent"], cards["tuned"]["root"]) == (MODEL, str(a1))
+        base = ask_as(MODEL)
+        tuned = ask_as("tuned")
+        assert tuned["model"] == "tuned"
+        [span] = tuned["choices"][0]["weight_versions"]
+        assert span["version"].endswith("+lora:tuned@t1"), span
+        assert tuned["choices"][0]["token_ids"] != base["choices"][0]["token_ids"]
+        # what vLLM itself samples with the adapter, for the same ids
+        theirs = direct(pair[0], "POST", "/inference/v1/generate", {
+            "model": "tuned", "token_ids": tuned["prompt_token_ids"],
+            "sampling_params": {"max_tokens": 8, "temperature": 0}})
+        mine = tuned["choices"][0]
+        stop = [mine["stop_reason"]] if mine["finish_reason"] == "stop" else []
+        assert mine["token_ids"] + stop == theirs["choices"][0]["token_ids"]
+        again = ask_as("tuned")  # its prefix is cached now, under t1
+        assert again["usage"]["prompt_tokens_details"]["cached_tokens"] > 0
+        # a replacement must name a new version, and say it replaces
+        r = http.post("/v1/load_lora_adapter", headers=ADMIN, json={
+            "lora_name": "tuned", "lora_path": str(a2)})
+        assert (r.status_code, r.json()["error"]["param"]) == (400, "lora_name")
+        r = http.post("/v1/load_lora_adapter", headers=ADMIN, json={
+            "lora_name": "tuned", "lora_path": str(a2), "load_inplace": True, "version": "t1"})
+        assert (r.status_code, r.json()["error"]["param"]) == (400, "version")
+        r = http.post("/v1/load_lora_adapter", headers=ADMIN, json={
+            "lora_name": "tuned", "lora_path": str(a2), "load_inplace": True, "version": "t2"})
+        assert r.status_code == 200, r.text
+        assert [direct(u, "GET", "/is_paused")["is_paused"] for u in pair] == [False, False]
+        t2 = ask_as("tuned")
+        assert t2["choices"][0]["weight_versions"][0]["version"].endswith("+lora:tuned@t2")
+        # the same prompt: none of t1's KV is reused (vLLM keys it by name and path only)
+        assert not (t2["usage"].get("prompt_tokens_details") or {}).get("cached_tokens")
+        assert t2["choices"][0]["token_ids"] != tuned["choices"][0]["token_ids"]
+        assert ask_as("tuned", min_weight_version="t2")["model"] == "tuned"
+        r = http.post("/v1/chat/completions", headers=USER, json={
+            "model": "tuned", "messages": messages, "max_tokens": 2,
+            "min_weight_version": "t3"})
+        assert (r.status_code, r.json()["error"]["code"]) == (409, "weight_version_unavailable")
+        r = http.post("/v1/unload_lora_adapter", headers=ADMIN, json={"lora_name": "tuned"})
+        assert r.status_code == 200, r.text
+        assert "tuned" not in {c["id"] for c in http.get("/v1/models", headers=USER).json()[
+            "data"]}
+        r = http.post("/v1/chat/completions", headers=USER, json={
+            "model": "tuned", "messages": messages, "max_tokens": 2})
+        assert (r.status_code, r.json()["error"]["code"]) == (404, "model_not_found")
 
 
 def test_a_stream_survives_the_loss_of_its_replica(pair: list[Upstream],

@@ -244,6 +244,8 @@ async def test_a_gguf_replaces_the_weights_when_nothing_runs(eng: LlamaCppEngine
     ("update_weight_version", {}, "new_version"),
     ("collective_rpc", {"method": "save_sharded_state"}, "method"),
     ("sleep", None, "sleep"),
+    ("load_lora_adapter", {"lora_name": "a", "lora_path": "/x"}, "load_lora_adapter"),
+    ("unload_lora_adapter", {"lora_name": "a"}, "unload_lora_adapter"),
 ])
 async def test_bad_calls_are_refused_by_name(eng: LlamaCppEngine, prompt: list[int], op: str,
                                              body: object, param: str) -> None:

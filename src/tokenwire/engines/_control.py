@@ -136,6 +136,12 @@ async def _run(engine: LlamaCppEngine, call: ControlCall) -> Any:
         if version is not None:
             await engine.set_weight_version(version)
         return {"message": "Weight update finished"}
+    if op in ("load_lora_adapter", "unload_lora_adapter"):
+        raise UnsupportedParameterError(
+            f"{op}: the embedded engine applies its adapters to every request (llama.cpp sets "
+            "them per context, not per sequence): load them with update_weights "
+            "(update_info.lora_path); adapters named per request are served in front of vLLM",
+            param=op)
     if op == "collective_rpc":
         method = body.get("method")
         if method != "reload_weights":

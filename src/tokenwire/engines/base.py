@@ -157,6 +157,9 @@ class SamplingParams:
     cache for a salted request (one way only)."""
     cache_key: str | None = None
     """OpenAI's `prompt_cache_key`: a gateway sends requests with one key to one replica."""
+    adapter: str | None = None
+    """The LoRA adapter (its name) that samples it, where the engine serves named adapters
+    (`Engine.adapters`); None: the base weights."""
     weight_bound: WeightBound | None = None
     """Which weights may serve it (`min_weight_version`, `max_staleness`): a gateway routes
     only to replicas within it; the embedded engine checks its own."""

@@ -236,24 +236,43 @@ class VllmEngine(UpstreamEngine):
                 else {"grammar": g.gbnf} if g.gbnf is not None \
                 else {"structural_tag": structural_tag(g)}
         stream = params.prompt_logprobs is None and not params.whole
+        model = params.adapter or self.model_name  # an adapter is named as vLLM's model
         if replica.info.mode == GENERATE:
             body: dict[str, Any] = {"token_ids": list(prompt),
                                     "sampling_params": {**sampling, "detokenize": False},
-                                    "model": self.model_name, "stream": stream}
+                                    "model": model, "stream": stream}
         else:
-            body = {"model": self.model_name, "prompt": list(prompt), **sampling,
+            body = {"model": model, "prompt": list(prompt), **sampling,
                     "stream": stream, "return_token_ids": True,
                     "return_tokens_as_token_ids": True}
         if stream:  # the usage chunk after the finish carries the prefix cache's hits
             body["stream_options"] = {"include_usage": True}
-        if params.cache_salt is not None:
-            body["cache_salt"] = params.cache_salt
+        salt = self.cache_salt(replica, params)
+        if salt is not None:
+            body["cache_salt"] = salt
         return replica.info.mode, body
 
     def control_request(self, call: ControlCall) -> tuple[str, str, Any]:
-        """vLLM's own endpoints (with VLLM_SERVER_DEV_MODE=1), as the client sent them."""
+        """vLLM's own endpoints (with VLLM_SERVER_DEV_MODE=1), as the client sent them (an
+        adapter's `version` is tokenwire's, kept here)."""
         method, path = CONTROL_OPS[call.op]
-        return method, path, call.body
+        body = call.body
+        if call.op == "load_lora_adapter" and isinstance(body, dict):
+            body = {k: v for k, v in body.items() if k != "version"}
+        return method, path, body
+
+    def control_answer(self, call: ControlCall, status: int, body: Any) -> tuple[int, Any]:
+        # vLLM answers an adapter's load and unload with a line of text, not JSON
+        if call.op in ("load_lora_adapter", "unload_lora_adapter") and status == 200:
+            name = call.body.get("lora_name") if isinstance(call.body, dict) else None
+            return status, {"success": True, "lora_name": name}
+        return status, body
+
+    async def adapters_of(self, replica: Replica) -> dict[str, str] | None:
+        """The LoRA adapters a replica serves (name: path), from its `/v1/models` cards."""
+        cards = (await self.get_json(replica, "/v1/models") or {}).get("data") or []
+        return {str(c["id"]): str(c.get("root") or "") for c in cards
+                if isinstance(c, dict) and c.get("parent") is not None}
 
     def decoder(self, replica: Replica, prompt: Sequence[int],
                 params: SamplingParams) -> ChunkDecoder:

@@ -15,7 +15,8 @@ from ._base import RequestModel
 
 __all__ = ["CONTROL_BODIES", "CONTROL_OPS", "ROLLING_STEPS", "ROLLING_UPDATE",
            "CollectiveRpcBody", "ControlBody", "FinishWeightUpdateBody",
-           "InitWeightTransferBody", "Label", "RollingStep", "RollingUpdateBody",
+           "InitWeightTransferBody", "Label", "LoadLoraAdapterBody", "RollingStep",
+           "RollingUpdateBody", "UnloadLoraAdapterBody",
            "UpdateWeightVersionBody", "UpdateWeightsBody"]
 
 CONTROL_OPS: dict[str, tuple[str, str]] = {
@@ -33,6 +34,8 @@ CONTROL_OPS: dict[str, tuple[str, str]] = {
     "update_weights": ("POST", "/update_weights"),
     "finish_weight_update": ("POST", "/finish_weight_update"),
     "collective_rpc": ("POST", "/collective_rpc"),
+    "load_lora_adapter": ("POST", "/v1/load_lora_adapter"),
+    "unload_lora_adapter": ("POST", "/v1/unload_lora_adapter"),
 }
 """(method, path) of each control call."""
 
@@ -76,12 +79,36 @@ class CollectiveRpcBody(ControlBody):
     timeout: float | None = None
 
 
+class LoadLoraAdapterBody(ControlBody):
+    """vLLM's `LoadLoRAAdapterRequest` (`entrypoints/serve/lora/protocol.py`), and tokenwire's
+    `version`."""
+
+    lora_name: _Name
+    """The name requests use as their `model`."""
+    lora_path: Annotated[str, StringConstraints(min_length=1, max_length=4096)]
+    """Where each replica reads the adapter (a PEFT directory)."""
+    load_inplace: bool = False
+    """Replace an adapter of that name (vLLM's flag); tokenwire drains each replica first."""
+    is_3d_lora_weight: bool = False
+    version: Label | None = None
+    """tokenwire's: the adapter's version label, which every sample it makes names (default:
+    `lora_path`). Replacing an adapter from the same path needs a new one: KV cached under the
+    old weights must not be reused."""
+
+
+class UnloadLoraAdapterBody(ControlBody):
+    lora_name: _Name
+    lora_int_id: int | None = None
+
+
 CONTROL_BODIES: dict[str, type[ControlBody]] = {
     "update_weight_version": UpdateWeightVersionBody,
     "finish_weight_update": FinishWeightUpdateBody,
     "init_weight_transfer_engine": InitWeightTransferBody,
     "update_weights": UpdateWeightsBody,
     "collective_rpc": CollectiveRpcBody,
+    "load_lora_adapter": LoadLoraAdapterBody,
+    "unload_lora_adapter": UnloadLoraAdapterBody,
 }
 """The typed body of each control call that takes one (the others: `ControlBody`)."""
 

@@ -72,20 +72,24 @@ async def _unless_disconnected(request: Request, work: Awaitable[T]) -> T:
     return task.result()
 
 
-def _card(m: ServedModel) -> ModelCard:
-    return ModelCard(id=m.id, created=m.created, root=m.engine.info.model,
-                     tokenizer_version=m.tokenizer_version, max_model_len=m.max_model_len,
-                     template_version=m.template_version)
+def _card(m: ServedModel, root: str | None = None) -> ModelCard:
+    """vLLM's card; an adapter's names its base model as `parent` and its path as `root`."""
+    return ModelCard(id=m.id, created=m.created, root=root or m.engine.info.model,
+                     parent=m.parent, tokenizer_version=m.tokenizer_version,
+                     max_model_len=m.max_model_len, template_version=m.template_version)
 
 
 async def list_models(request: Request) -> Response:
     models: ModelRegistry = request.app.state.models
-    return ModelResponse(ModelList(data=[_card(m) for m in models.all()]))
+    return ModelResponse(ModelList(data=[*(_card(m) for m in models.all()),
+                                         *(_card(m, path) for m, path in models.adapters())]))
 
 
 async def get_model(request: Request) -> Response:
     models: ModelRegistry = request.app.state.models
-    return ModelResponse(_card(models.get(request.path_params["model"], param="model")))
+    m = models.get(request.path_params["model"], param="model")
+    root = dict((a.id, path) for a, path in models.adapters()).get(m.id) if m.adapter else None
+    return ModelResponse(_card(m, root))
 
 
 async def _respond(request: Request, stream: bool,

@@ -386,7 +386,8 @@ class ChatService(GenerationService):
         extras = vllm_params(req, req.logit_bias, vocab_size=model.tokenizer.vocab_size,
                              budget=budget, cache_salt=req.cache_salt,
                              cache_key=req.prompt_cache_key,
-                             weight_bound=weight_bound(req, self._settings))
+                             weight_bound=weight_bound(req, self._settings),
+                             adapter=model.adapter)
         reasoning = None
         if model.reasoning is not None:
             _check_hidden_reasoning(req)

@@ -160,7 +160,8 @@ class CompletionService(GenerationService):
             extras = vllm_params(req, req.logit_bias,
                                  vocab_size=plan.model.tokenizer.vocab_size, budget=budget,
                                  cache_salt=req.cache_salt,
-                                 weight_bound=weight_bound(req, self._settings))
+                                 weight_bound=weight_bound(req, self._settings),
+                                 adapter=plan.model.adapter)
             for p in choice_params(
                 n=req.n, max_tokens=budget, temperature=req.temperature, top_p=req.top_p,
                 seed=req.seed, logprobs=req.logprobs, presence_penalty=req.presence_penalty,

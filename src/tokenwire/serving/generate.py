@@ -189,6 +189,7 @@ class GenerateService(GenerationService):
             extras=vllm_params(sp, sp.logit_bias, vocab_size=plan.model.tokenizer.vocab_size,
                                budget=budget, cache_salt=plan.req.cache_salt,
                                weight_bound=weight_bound(plan.req, self._settings),
+                               adapter=plan.model.adapter,
                                prefix="sampling_params."))
         return await run_choices(plan.model.engine, [(plan.prompt, p) for p in params],
                                  plan.model.tokenizer, sp.stop or (), token_aligned=True,

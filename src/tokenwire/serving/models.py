@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..engines.base import Engine
 from ..errors import InvalidRequestError, ModelNotFoundError
@@ -29,6 +29,11 @@ class ServedModel:
     tools: ToolFormat | None = HERMES
     """The format its tool calls are written in (from its template or `tool_call_parser`;
     serving/toolcalls/); None: its template writes them in a format not parsed here."""
+    adapter: str | None = None
+    """A LoRA adapter's name, where this is one of the engine's adapters (`id` is then the
+    adapter's name, the rest the base model's)."""
+    parent: str | None = None
+    """The base model's id, for an adapter."""
 
     @property
     def tokenizer(self) -> Tokenizer:
@@ -68,13 +73,31 @@ class ModelRegistry:
         model.tokenizer_entry.models.add(model.id)
 
     def get(self, name: str, *, param: str = "model") -> ServedModel:
-        model = self._models.get(name)
+        model = self._models.get(name) or self._adapter(name)
         if model is None:
             known = ", ".join(sorted(self._models)) or "none"
             raise ModelNotFoundError(
                 f"The model {name!r} does not exist; this server serves: {known}", param=param
             )
         return model
+
+    def _adapter(self, name: str) -> ServedModel | None:
+        """A LoRA adapter some model's engine serves under `name` (vLLM's rule: a request
+        names an adapter as its model)."""
+        for m in self._models.values():
+            adapters = getattr(m.engine, "adapters", None)
+            if adapters is not None and name in adapters():
+                return replace(m, id=name, adapter=name, parent=m.id)
+        return None
+
+    def adapters(self) -> list[tuple[ServedModel, str]]:
+        """Every adapter served now, with the path it was loaded from."""
+        out = []
+        for m in self._models.values():
+            adapters = getattr(m.engine, "adapters", None)
+            for name, path in (adapters() if adapters is not None else {}).items():
+                out.append((replace(m, id=name, adapter=name, parent=m.id), path))
+        return out
 
     def all(self) -> list[ServedModel]:
         return list(self._models.values())

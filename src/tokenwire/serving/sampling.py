@@ -119,19 +119,22 @@ class VllmParams:
     cache_salt: str | None = None
     cache_key: str | None = None
     weight_bound: WeightBound | None = None
+    adapter: str | None = None
 
     def engine_fields(self) -> dict[str, Any]:
         return {"top_k": self.top_k, "min_p": self.min_p,
                 "repetition_penalty": self.repetition_penalty, "min_tokens": self.min_tokens,
                 "logit_bias": self.logit_bias, "stop_token_ids": self.stop_token_ids,
                 "ignore_eos": self.ignore_eos, "cache_salt": self.cache_salt,
-                "cache_key": self.cache_key, "weight_bound": self.weight_bound}
+                "cache_key": self.cache_key, "weight_bound": self.weight_bound,
+                "adapter": self.adapter}
 
 
 def vllm_params(req: VllmSamplingFields | GenerateSamplingParams,
                 logit_bias: dict[str, float] | None, *, vocab_size: int, budget: int,
                 cache_salt: str | None, cache_key: str | None = None,
-                weight_bound: WeightBound | None = None, prefix: str = "") -> VllmParams:
+                weight_bound: WeightBound | None = None, adapter: str | None = None,
+                prefix: str = "") -> VllmParams:
     """Check vLLM's sampling fields (and OpenAI's `logit_bias`) against the model; `prefix`:
     where they sit in the request (`sampling_params.` on /inference/v1/generate)."""
     top_k = req.top_k or 0
@@ -154,6 +157,7 @@ def vllm_params(req: VllmSamplingFields | GenerateSamplingParams,
         cache_salt=cache_salt,
         cache_key=cache_key,
         weight_bound=weight_bound,
+        adapter=adapter,
     )
 
 

@@ -48,6 +48,9 @@ class FleetControl:
         self._engine = engine
         self._board = engine.board  # every worker of the box remembers the same state
         self.order = VersionOrder()
+        self._adapter_orders: dict[str, VersionOrder] = {}
+        self._adapter_versions: dict[tuple[str, str], str] = {}
+        """(name, path) -> the version an adapter was loaded with through this box."""
         self._reports: dict[str, bool] = {}
         """Which of weight_info / is_paused the protocol has (False: refused by name)."""
         self._refreshing: asyncio.Future[Any] | None = None
@@ -62,8 +65,16 @@ class FleetControl:
         """The version the fleet's weights were labelled with last (None: never labelled)."""
         return self._board.weight_version
 
+    def order_of(self, adapter: str | None) -> VersionOrder:
+        """The order of the base weights' versions, or of one adapter's."""
+        if adapter is None:
+            return self.order
+        return self._adapter_orders.setdefault(adapter, VersionOrder())
+
     async def call(self, call: ControlCall) -> list[ControlAnswer]:
         """`call` on every replica at once; each replica's answer, in replica order."""
+        if call.op == "load_lora_adapter" and call.replicas is None:
+            return await self._load_adapter(call)
         label = self._label(call)
         if label is not None and len(label[1].encode()) > MAX_LABEL:
             raise InvalidRequestError(f"a weight version label is at most {MAX_LABEL} bytes "
@@ -99,6 +110,22 @@ class FleetControl:
             r.paused = False
         elif call.op == "is_paused" and isinstance(body, dict):
             r.paused = bool(body.get("is_paused"))
+        elif call.op == "load_lora_adapter" and isinstance(call.body, dict):
+            name, path = call.body["lora_name"], call.body["lora_path"]
+            version = call.body.get("version") or path
+            self._adapter_versions[(name, path)] = version
+            self.order_of(name).see([version])
+            r.adapters[name] = (path, version)
+        elif call.op == "unload_lora_adapter" and isinstance(call.body, dict):
+            r.adapters.pop(call.body["lora_name"], None)
+
+    def _see_adapters(self, r: Replica, served: dict[str, str]) -> None:
+        """A replica's adapters as it reports them (name: path); versions as loaded through
+        this box, else the path."""
+        r.adapters = {name: (path, self._adapter_versions.get((name, path), path))
+                      for name, path in served.items()}
+        for name, (_, version) in r.adapters.items():
+            self.order_of(name).see([version])
 
     async def observe(self, r: Replica) -> None:
         """Read a replica's version and pause state from the replica itself."""
@@ -114,6 +141,69 @@ class FleetControl:
             if status == 200:
                 self._reports[op] = True
                 self._learn(r, call, data)
+        await self._observe_adapters(r)
+
+    async def _observe_adapters(self, r: Replica) -> None:
+        if self._reports.get("adapters") is False:
+            return
+        served = await self._engine.adapters_of(r)
+        self._reports["adapters"] = served is not None
+        if served is not None:
+            self._see_adapters(r, served)
+
+    async def _load_adapter(self, call: ControlCall) -> list[ControlAnswer]:
+        """Load an adapter on every replica; where one of that name serves (a replacement),
+        each such replica in turn is held out of routing and drained (`pause?mode=wait`)
+        first, so that no sample is made partly by the old weights and partly by the new."""
+        body = call.body if isinstance(call.body, dict) else {}
+        name, path = body["lora_name"], body["lora_path"]
+        version = body.get("version") or path
+        holding = [r for r in self._engine.replicas if name in r.adapters]
+        if holding and not body.get("load_inplace"):
+            raise InvalidRequestError(
+                f"an adapter named {name!r} is loaded already: replace it with load_inplace "
+                "true (each replica is drained first)", param="lora_name")
+        if any(r.adapters[name][1] == version for r in holding):
+            raise InvalidRequestError(
+                f"adapter {name!r} already carries version {version!r}: a replacement needs "
+                "a new version (or a new lora_path), or prefixes cached under its old weights "
+                "would be reused", param="version")
+        if holding and self.paused == "keep":
+            raise InvalidRequestError(
+                "the fleet is paused with mode keep: an adapter replaced now would go on "
+                "sampling the frozen sequences unseen; resume first", param="load_inplace")
+        fresh = [r for r in self._engine.replicas if r not in holding]
+        answers = dict(zip(fresh, await asyncio.gather(*(self._direct(r, call) for r in fresh)),
+                           strict=True))
+        for r in holding:
+            answers[r] = await self._drained(r, call)
+        return [answers[r] for r in self._engine.replicas]
+
+    async def _direct(self, r: Replica, call: ControlCall) -> ControlAnswer:
+        method, path, body = self._engine.control_request(call)
+        query = f"?{urlencode(call.query)}" if call.query and "?" not in path else ""
+        answer = await self._one(r, call, method, path + query, body)
+        if answer.ok:
+            self._learn(r, call, answer.body)
+        return answer
+
+    async def _drained(self, r: Replica, call: ControlCall) -> ControlAnswer:
+        """`call` on one replica held out of routing and paused (draining) meanwhile; left
+        held and paused if it fails there (its adapter is in doubt)."""
+        self._board.hold(r.index, True)
+        if self.paused is None:
+            paused = await self._direct(r, ControlCall("pause", (("mode", "wait"),)))
+            if not paused.ok:
+                return paused
+        answer = await self._direct(r, call)
+        if not answer.ok:
+            return answer
+        if self.paused is None:
+            resumed = await self._direct(r, ControlCall("resume"))
+            if not resumed.ok:
+                return resumed
+        self._board.hold(r.index, False)
+        return answer
 
     async def refresh(self) -> None:
         """Every healthy replica's version and pause state, read now (requests waiting

@@ -16,6 +16,8 @@ event it never happens.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -130,6 +132,25 @@ class UpstreamEngine:
     async def control(self, call: ControlCall) -> list[ControlAnswer]:
         """`Controllable`: `call` on every replica (control.py)."""
         return await self.fleet.call(call)
+
+    async def adapters_of(self, replica: Replica) -> dict[str, str] | None:
+        """The LoRA adapters a replica serves (name: path); None: the protocol has none."""
+        return None
+
+    def cache_salt(self, replica: Replica, params: SamplingParams) -> str | None:
+        """The salt a request's prefix cache is keyed by upstream: the client's, and for an
+        adapter its name and version (vLLM keys an adapter's cached blocks by its name and path
+        only: an adapter replaced in place would reuse KV of its old weights)."""
+        if params.adapter is None:
+            return params.cache_salt
+        _, version = replica.adapters.get(params.adapter, ("", ""))
+        key = json.dumps([params.cache_salt, params.adapter, version])
+        return hashlib.sha256(key.encode()).hexdigest()
+
+    def adapters(self) -> dict[str, str]:
+        """The adapters some healthy replica serves: name -> path."""
+        return {name: path for r in self._replicas if r.healthy
+                for name, (path, _) in r.adapters.items()}
 
     def protocol_error(self, status: int, body: Any, where: str) -> TokenwireError:
         """An error body (a 4xx, or an in-band error in a stream) from replica `where`, in our
@@ -276,9 +297,13 @@ class UpstreamEngine:
         queue it until they resume)."""
         reps = self._replicas
         ok = [r.healthy for r in reps]
+        name = params.adapter
+        if name is not None:  # where it is loaded; a bound is on its versions
+            ok = [a and name in r.adapters for a, r in zip(ok, reps, strict=True)]
         if params.weight_bound is not None:
-            within = self.fleet.order.admits(params.weight_bound,
-                                             [r.weight_version for r in reps])
+            versions = [r.weight_version for r in reps] if name is None else \
+                [r.adapters[name][1] if name in r.adapters else None for r in reps]
+            within = self.fleet.order_of(name).admits(params.weight_bound, versions)
             ok = [a and b for a, b in zip(ok, within, strict=True)]
         serving = [a and not (r.paused or r.held) for a, r in zip(ok, reps, strict=True)]
         return serving if any(serving) else [a and not r.held for a, r in zip(ok, reps,
@@ -297,16 +322,20 @@ class UpstreamEngine:
             usable = self._usable(params)
             if any(usable):
                 return usable
-        raise self.fleet.order.unavailable(bound, [
-            (r.name, r.weight_version, "paused" if r.paused or r.held else
-             "serving" if r.healthy else "down") for r in self._replicas])
+        name = params.adapter
+        raise self.fleet.order_of(name).unavailable(bound, [
+            (r.name, r.weight_version if name is None else r.adapters.get(name, ("", None))[1],
+             "paused" if r.paused or r.held else "serving" if r.healthy else "down")
+            for r in self._replicas])
 
     async def admit(self, prompt: Sequence[int], params: SamplingParams) -> UpstreamStream:
         """One admission: the replicas in the router's order, with fail-over."""
         check_prompt(prompt, self.info)
         reps = self._replicas
+        salt = params.cache_salt if params.adapter is None else \
+            f"{params.cache_salt or ''}\0{params.adapter}"  # an adapter's prefixes are its own
         order = self._router.order(prompt, await self._within_bound(params),
-                                   [r.in_flight for r in reps], salt=params.cache_salt,
+                                   [r.in_flight for r in reps], salt=salt,
                                    cache_key=params.cache_key)
         failures: list[_Failover] = []
         for i in order:
@@ -316,7 +345,7 @@ class UpstreamEngine:
             except _Failover as exc:
                 failures.append(exc)
                 continue
-            self._router.record(prompt, i, salt=params.cache_salt, cache_key=params.cache_key)
+            self._router.record(prompt, i, salt=salt, cache_key=params.cache_key)
             self.board.count_served(i)
             return stream
         if failures and all(f.rate_limited for f in failures):

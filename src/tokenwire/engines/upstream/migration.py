@@ -96,8 +96,13 @@ class MigratingStream:
         ev = got
         if isinstance(ev, TokenEvent):
             self._sent.append(ev.token_id)
-        elif isinstance(ev, FinishEvent) and self._moves:
-            ev = self._finished(ev)
+        elif isinstance(ev, FinishEvent):
+            suffix = _adapter_of(self._inner, self._params)
+            if suffix and ev.weight_versions is not None:  # the adapter's version, named
+                ev = replace(ev, weight_versions=tuple(replace(w, version=w.version + suffix)
+                                                       for w in ev.weight_versions))
+            if self._moves:
+                ev = self._finished(ev)
         return ev
 
     async def _move(self, lost: ReplicaLostError) -> EngineEvent | None:
@@ -116,7 +121,8 @@ class MigratingStream:
         label = _version_of(self._inner)
         known = label is not None and label == self._version
         if len(self._sent) > self._offset:
-            self._lost.append(WeightSpan(label, self._offset, len(self._sent))
+            self._lost.append(WeightSpan(label + _adapter_of(self._inner, self._params),
+                                         self._offset, len(self._sent))
                               if known and label is not None else None)
         note = f"{lost} after {len(self._sent)} tokens; continued on another replica" + (
             "" if known else " (the weights that sampled the lost replica's part carry no "
@@ -173,3 +179,13 @@ def _version_of(stream: EventStream) -> str | None:
     """The weights label the replica serving `stream` last reported."""
     replica = getattr(stream, "replica", None)
     return getattr(replica, "weight_version", None)
+
+
+def _adapter_of(stream: EventStream, params: SamplingParams) -> str:
+    """What a sample's version label adds for its adapter: `+lora:<name>@<version>` (as the
+    embedded engine labels weights with adapters); "" for the base weights."""
+    if params.adapter is None:
+        return ""
+    replica = getattr(stream, "replica", None)
+    _, version = getattr(replica, "adapters", {}).get(params.adapter, ("", "?"))
+    return f"+lora:{params.adapter}@{version}"

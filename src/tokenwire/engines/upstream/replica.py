@@ -43,6 +43,8 @@ class Replica:
     """Its weights' label as it last reported it (health checks, control answers)."""
     paused: bool = False
     """Paused, as it last reported (`/is_paused`) or a control call through this box set."""
+    adapters: dict[str, tuple[str, str]] = field(default_factory=dict)
+    """The LoRA adapters it serves: name -> (path, version), as it last reported them."""
     _up: bool = False
     _seen: int = 0
     """The board's down count when this worker last brought it up."""
