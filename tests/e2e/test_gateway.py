@@ -212,14 +212,18 @@ def test_a_stream_moves_to_another_replica_with_its_ids(kind: str, tmp_path: Pat
             assert got == want
             assert [w["code"] for c in chunks for w in c.get("warnings") or []] == \
                 ["request_migrated"]
-            if kind == "tokenwire":  # its replicas label their weights (content hashes)
+            if kind == "tokenwire":
+                # its replicas report their weights' version (content hashes) at every health
+                # check: the lost replica's part is that version's, one span over the output
                 [spans] = [ch["weight_versions"] for c in chunks for ch in c["choices"]
                            if ch.get("weight_versions")]
-                moved = spans[0]["start"]  # the lost part's weights: no label, no span
-                assert moved > 0 and spans[-1]["end"] == len(got) + (
-                    chunks[-1]["choices"][0].get("stop_reason") is not None)
+                hashed = replicas(http)[1]["weight_version"]
+                assert hashed.startswith("sha256:")
+                assert [(w["version"], w["start"], w["end"]) for w in spans] == [
+                    (hashed, 0, len(got) + (
+                        chunks[-1]["choices"][0].get("stop_reason") is not None))]
                 [note] = [w["message"] for c in chunks for w in c.get("warnings") or []]
-                assert "carry no version" in note
+                assert "carry no version" not in note
             assert (f'tokenwire_upstream_migrations_total{{model_name="{MODEL}",'
                     'outcome="moved"} 1.0') in http.get("/metrics").text
             # what cannot be continued gives up as before: a grammar's state stays behind

@@ -4,8 +4,12 @@ tokenizer version whatever the tokenizer was loaded from, and replicas that die 
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import re
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -136,6 +140,7 @@ def test_what_vllm_itself_returns_for_the_same_ids(pair: list[Upstream], tmp_pat
 
 
 ADMIN = {"Authorization": "Bearer admin"}
+AGENT_EXAMPLE = Path(__file__).parents[2] / "docs" / "examples" / "agent_rl.py"
 USER = {"Authorization": "Bearer user"}
 
 
@@ -332,6 +337,32 @@ def test_lora_adapters_on_the_fleet(pair: list[Upstream], tmp_path: Path) -> Non
         r = http.post("/v1/chat/completions", headers=USER, json={
             "model": "tuned", "messages": messages, "max_tokens": 2})
         assert (r.status_code, r.json()["error"]["code"]) == (404, "model_not_found")
+
+
+def test_the_agent_rl_example_through_the_gateway(pair: list[Upstream], tmp_path: Path) -> None:
+    """docs/examples/agent_rl.py for two steps in front of two real vLLM replicas: two-turn
+    tool-using rollouts fed back as ids, the render's mask in line with the sampler's logprobs
+    (the example checks it), a LoRA adapter pushed in place each step while the next batch
+    generates, no turn staler than the bound allows (the example checks it)."""
+    with gateway(tmp_path, engine="vllm", upstream=[u.url for u in pair], health_interval=0.3,
+                 api_keys=["user"], admin_keys=["admin"], raw_prompts="allow") as http:
+        wait_for(lambda: all(r["healthy"] for r in replicas_with_key(http)), 120)
+        report = tmp_path / "agent.jsonl"
+        done = subprocess.run(
+            [sys.executable, str(AGENT_EXAMPLE), "--url", str(http.base_url).rstrip("/"),
+             "--api-key", "admin", "--model-dir", str(hf_model_dir()), "--steps", "2",
+             "--prompts", "1", "--group", "2", "--report", str(report)],
+            capture_output=True, text=True, timeout=1200)
+        assert done.returncode == 0, done.stdout + done.stderr
+        rows = [json.loads(line) for line in report.read_text().splitlines()]
+        assert [r["step"] for r in rows] == [1, 2]
+        for r in rows:
+            assert r["rollouts"] == 2 and 0 <= r["stale_max"] <= 2
+            assert 0.0 <= r["reward"] <= 1.2
+            assert math.isfinite(r["mismatch_mean"]) and r["mismatch_mean"] < 0.5
+        cards = {c["id"]: c for c in http.get("/v1/models", headers=USER).json()["data"]}
+        assert cards["policy"]["parent"] == MODEL  # the trained adapter, served
+        assert "rollouts/s" in done.stdout
 
 
 def test_a_stream_survives_the_loss_of_its_replica(pair: list[Upstream],
