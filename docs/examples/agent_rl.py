@@ -4,11 +4,12 @@ trains a LoRA adapter while the fleet keeps generating.
 The task: "What is 47 * 86?" (two-digit numbers, beyond a 135M model's arithmetic), with a
 `calculator` tool. A rollout is two assistant turns: a call (`tool_choice: "required"`: the call
 is well-formed, its expression is the model's), the tool's result, and the answer. The reward is
-1 when the answer's last number is the product and 0.2 more when the call's expression computes
-it: tool use earns it. Every turn goes through the gateway as ids: the first turn's sampled ids
-(its tool-call markup and its end of turn included) are fed back verbatim with the tool's
-result, and the render of the whole conversation gives the loss mask over both assistant turns,
-in line with the sampler's logprobs (each turn's end-of-turn id and its logprob included).
+0.5 when the call's expression computes the product and 1 more when the answer's last number is
+the product: tool use earns it. Every turn goes through the gateway as ids: the first turn's
+sampled ids (its tool-call markup and its end of turn included) are fed back verbatim with the
+tool's result, and the render of the whole conversation gives the loss mask over both
+assistant turns, in line with the sampler's logprobs (each turn's end-of-turn id and its
+logprob included).
 
 Asynchronous: a rollout thread keeps generating groups while the trainer trains on the last
 one and pushes the new adapter (`/v1/load_lora_adapter` in place, versioned: the gateway drains
@@ -16,6 +17,9 @@ each replica in turn, so no sample mixes adapters). Rollouts ask for `max_stalen
 the gateway routes them only to replicas whose adapter is at most that many versions behind the
 newest. The trainer measures the staleness it sees (its version against the version that
 sampled each turn) and corrects for the sampler/trainer gap with a truncated importance weight.
+The call is sampled under the tool-call grammar, and vLLM's logprobs are then of the
+distribution its grammar left (a forced id has logprob 0): the weight, capped, keeps forced ids
+out of the step, and the reported mismatch is the answer turn's (free sampling).
 
     python docs/examples/agent_rl.py --url http://gateway:8000 --api-key $ADMIN --steps 30 \\
         --report run.jsonl --plot reward.png
@@ -41,6 +45,7 @@ import tempfile
 import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -93,6 +98,8 @@ class Sample:
     tool_ok: bool
     versions: tuple[str, ...]
     """The adapter version that sampled each assistant turn."""
+    free_from: int
+    """Masked ids before this one (the call) were sampled under the tool-call grammar."""
 
 
 def _turn(c: Any) -> tuple[list[int], list[float]]:
@@ -120,41 +127,48 @@ def trajectories(client: Client, a: int, b: int, group: int, staleness: int,
     first = client.chat(ADAPTER, messages, n=group, temperature=1.0, max_tokens=40, seed=seed,
                         logprobs=True, tools=TOOLS, tool_choice="required",
                         parallel_tool_calls=False, max_staleness=staleness)
-    out = []
-    for k, c in enumerate(first.choices):
-        ids1, lps1 = _turn(c)
-        call = (c.message.tool_calls or [None])[0]
-        try:
-            expression = json.loads(call.function.arguments)["expression"] if call else ""
-        except (ValueError, KeyError, TypeError):
-            expression = ""
-        value = calculate(str(expression))
-        result = "error" if value is None else f"{value:g}"
-        history = [*messages,
-                   {"role": "assistant", "content": c.message.content, "token_ids": ids1,
-                    "tool_calls": [t.model_dump() for t in c.message.tool_calls or []]},
-                   {"role": "tool", "tool_call_id": call.id if call else "none",
-                    "content": result}]
-        second = client.chat(ADAPTER, history, temperature=1.0, max_tokens=16, logprobs=True,
-                             seed=seed * 100 + k, tools=TOOLS, tool_choice="none",
-                             max_staleness=staleness)
-        c2 = second.choices[0]
-        ids2, lps2 = _turn(c2)
-        rendered = client.render(ADAPTER, [*history, {"role": "assistant",
-                                                      "content": c2.message.content or "",
-                                                      "token_ids": ids2}],
-                                 tools=TOOLS, add_generation_prompt=False)
-        lps = lps1 + lps2
-        if sum(rendered.sampled_mask) != len(lps):
-            raise RuntimeError(f"the mask marks {sum(rendered.sampled_mask)} ids, the turns "
-                               f"have {len(lps)} logprobs")
-        numbers = NUMBER.findall(c2.message.content or "")
-        correct = bool(numbers) and int(numbers[-1]) == a * b
-        tool_ok = value is not None and value == a * b
-        versions = (_version(c), _version(c2))
-        out.append(Sample(question, correct, rendered.token_ids, rendered.sampled_mask, lps,
-                          float(correct) + 0.2 * tool_ok, min(versions), tool_ok, versions))
-    return out
+    with ThreadPoolExecutor(max_workers=group) as pool:  # the answers, side by side
+        return list(pool.map(lambda kc: _answer(client, messages, question, a * b, kc[1],
+                                                staleness, seed * 100 + kc[0]),
+                             enumerate(first.choices)))
+
+
+def _answer(client: Client, messages: list[dict[str, Any]], question: str, product: int,
+            c: Any, staleness: int, seed: int) -> Sample:
+    """The tool's result for a first turn's call, then the answer: the trajectory."""
+    ids1, lps1 = _turn(c)
+    call = (c.message.tool_calls or [None])[0]
+    try:
+        expression = json.loads(call.function.arguments)["expression"] if call else ""
+    except (ValueError, KeyError, TypeError):
+        expression = ""
+    value = calculate(str(expression))
+    result = "error" if value is None else f"{value:g}"
+    history = [*messages,
+               {"role": "assistant", "content": c.message.content, "token_ids": ids1,
+                "tool_calls": [t.model_dump() for t in c.message.tool_calls or []]},
+               {"role": "tool", "tool_call_id": call.id if call else "none",
+                "content": result}]
+    second = client.chat(ADAPTER, history, temperature=1.0, max_tokens=16, logprobs=True,
+                         seed=seed, tools=TOOLS, tool_choice="none",
+                         max_staleness=staleness)
+    c2 = second.choices[0]
+    ids2, lps2 = _turn(c2)
+    rendered = client.render(ADAPTER, [*history, {"role": "assistant",
+                                                  "content": c2.message.content or "",
+                                                  "token_ids": ids2}],
+                             tools=TOOLS, add_generation_prompt=False)
+    lps = lps1 + lps2
+    if sum(rendered.sampled_mask) != len(lps):
+        raise RuntimeError(f"the mask marks {sum(rendered.sampled_mask)} ids, the turns "
+                           f"have {len(lps)} logprobs")
+    numbers = NUMBER.findall(c2.message.content or "")
+    correct = bool(numbers) and int(numbers[-1]) == product
+    tool_ok = value is not None and value == product
+    versions = (_version(c), _version(c2))
+    return Sample(question, correct, rendered.token_ids, rendered.sampled_mask, lps,
+                  0.5 * tool_ok + float(correct), min(versions), tool_ok, versions,
+                  len(lps1))
 
 
 def push(client: Client, adapters: dict[str, LoRALinear], alpha: float, rank: int, out: Path,
@@ -230,7 +244,8 @@ def main(argv: list[str] | None = None) -> int:
         order = [version]
         producer = threading.Thread(target=generate, daemon=True)
         producer.start()
-        print("step  reward  correct  tool_ok  stale mean/max  rollouts/s  train_s  push_s")
+        print("step  reward  correct  tool_ok  stale mean/max  rollouts/s  |Δlogprob|  train_s"
+              "  push_s")
         try:
             for step in range(1, args.steps + 1):
                 while True:
@@ -264,7 +279,8 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append(row)
                 print(f"{step:4d}  {row['reward']:6.3f}  {row['correct']:7.3f}  "
                       f"{row['tool_ok']:7.3f}  {row['stale_mean']:6.2f}/{row['stale_max']:<3d}  "
-                      f"{row['rollouts_per_s']:10.2f}  {t2 - t1:7.1f}  {t3 - t2:6.1f}",
+                      f"{row['rollouts_per_s']:10.2f}  {row['mismatch_mean']:10.3f}  "
+                      f"{t2 - t1:7.1f}  {t3 - t2:6.1f}",
                       flush=True)
                 if report is not None:
                     report.write(json.dumps(row) + "\n")

@@ -166,7 +166,11 @@ def train_step(model: Any, optimizer: torch.optim.Optimizer, groups: list[list[S
         for s in g:
             lp = trainer_logprobs(model, s)
             sampler = torch.tensor(s.sampler_logprobs)
-            deltas += (lp.detach() - sampler).abs().tolist()
+            # ids sampled under a grammar (agent_rl.py's tool call) come with the logprobs of
+            # the distribution the grammar left (vLLM's): their gap to the trainer's is the
+            # grammar, not the numerics; the capped weight below keeps them out of the step
+            free = getattr(s, "free_from", 0)
+            deltas += (lp.detach() - sampler)[free:].abs().tolist()
             if std < 1e-6:
                 continue  # the group agrees: no signal
             advantage = (s.reward - mean) / (std + 1e-4)
