@@ -113,6 +113,14 @@ def test_a_rolling_update_under_load(fleet: httpx.Client, two: list[Upstream],
     assert [x["weight_version"] for x in replicas(http)] == ["step-1", "step-1"]
     assert [httpx.get(u.url + "/weight_info").json()["weight_version"] for u in two] == \
         ["step-1"] * 2
+    # another gateway box in front of the same fleet, which saw none of the control calls:
+    # it routes by what the replicas report themselves
+    with gateway(tmp_path, engine="vllm", upstream=[u.url for u in two], health_interval=0.3,
+                 api_keys=["user"], admin_keys=["admin"], weight_version_wait=6) as other:
+        wait_for(lambda: [x["weight_version"] for x in replicas(other)] == ["step-1"] * 2, 60)
+        got = ask(other, "Say only yes.", min_weight_version="step-1", max_staleness=0)
+        assert got.status_code == 200, got.text
+        assert got.json()["choices"][0]["weight_versions"][0]["version"] == "step-1"
     # the same call again (through the Python client): nothing left to do
     with Client(str(http.base_url).rstrip("/") + "/v1", api_key="admin") as client:
         again = client.control("rolling_update", {"weight_version": "step-1"})

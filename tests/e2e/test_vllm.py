@@ -258,13 +258,19 @@ def test_a_rolling_update_of_two_vllm_replicas(pair: list[Upstream], tmp_path: P
         assert waited[0].json()["choices"][0]["weight_versions"][0]["version"] == "roll-1"
         assert [direct(u, "GET", "/weight_info") for u in pair] == \
             [{"weight_version": "roll-1"}] * 2
+    # a box whose policy asks for a version no replica serves: requests that name no bound
+    # wait and are refused; a request's own bound replaces the policy
     with gateway(tmp_path, engine="vllm", upstream=[u.url for u in pair], health_interval=0.3,
-                 weight_version_wait=1) as http:
+                 weight_version_wait=1, weight_version_policy="min-version:roll-2") as http:
         wait_for(lambda: all(r["healthy"] for r in replicas(http)), 120)
-        r = ask(http, "Say only yes.", min_weight_version="roll-2")
+        r = ask(http, "Say only yes.")
         assert (r.status_code, r.json()["error"]["code"]) == (409, "weight_version_unavailable")
+        assert r.json()["error"]["param"] is None
+        assert "weight_version_policy 'min-version:roll-2'" in r.json()["error"]["message"]
         assert "replica 1: 'roll-1' (serving); replica 2: 'roll-1' (serving)" in \
             r.json()["error"]["message"]
+        r = ask(http, "Say only yes.", min_weight_version="roll-3")
+        assert (r.status_code, r.json()["error"]["param"]) == (409, "min_weight_version")
         assert ask(http, "Say only yes.", max_staleness=0).status_code == 200
 
 

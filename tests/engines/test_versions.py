@@ -46,13 +46,16 @@ def test_the_refusal_names_the_versions_present() -> None:
 
 @pytest.mark.parametrize(("text", "bound"), [
     ("any", None),
-    ("latest-only", WeightBound(max_staleness=0)),
-    ("max-staleness:2", WeightBound(max_staleness=2)),
-    ("min-version:step-7", WeightBound(min_version="step-7")),
+    ("latest-only", WeightBound(max_staleness=0, policy="latest-only")),
+    ("max-staleness:2", WeightBound(max_staleness=2, policy="max-staleness:2")),
+    ("min-version:step-7", WeightBound(min_version="step-7", policy="min-version:step-7")),
 ])
 def test_smg_policy_names(text: str, bound: WeightBound | None) -> None:
     assert parse_policy(text) == bound
     assert Settings(weight_version_policy=text).weight_bound == bound
+    if bound is not None:  # refused by the server's setting: no field of the client's named
+        err = VersionOrder().unavailable(bound, [])
+        assert err.param is None and f"weight_version_policy {text!r}" in err.message
 
 
 @pytest.mark.parametrize("text", ["latest", "max-staleness:-1", "max-staleness:", "min-version:"])

@@ -37,8 +37,12 @@ class WeightBound:
     max_staleness: int | None = None
     wait: float = 30.0
     """Seconds a request waits for a replica that satisfies the bound before it is refused."""
+    policy: str | None = None
+    """The server's `weight_version_policy` this bound comes from (None: the request's)."""
 
     def describe(self) -> str:
+        if self.policy is not None:
+            return f"the server's weight_version_policy {self.policy!r}"
         parts = []
         if self.min_version is not None:
             parts.append(f"min_weight_version {self.min_version!r}")
@@ -47,7 +51,9 @@ class WeightBound:
         return " and ".join(parts)
 
     @property
-    def param(self) -> str:
+    def param(self) -> str | None:
+        if self.policy is not None:
+            return None  # the client sent no field: the server's setting refused it
         return "min_weight_version" if self.min_version is not None else "max_staleness"
 
 
@@ -57,12 +63,12 @@ def parse_policy(text: str, *, wait: float = 30.0) -> WeightBound | None:
     if text == "any":
         return None
     if text == "latest-only":
-        return WeightBound(max_staleness=0, wait=wait)
+        return WeightBound(max_staleness=0, wait=wait, policy=text)
     kind, sep, value = text.partition(":")
     if sep and kind == "min-version" and value:
-        return WeightBound(min_version=value, wait=wait)
+        return WeightBound(min_version=value, wait=wait, policy=text)
     if sep and kind == "max-staleness" and value.isdigit():
-        return WeightBound(max_staleness=int(value), wait=wait)
+        return WeightBound(max_staleness=int(value), wait=wait, policy=text)
     raise ValueError(f"{text!r} is not a version policy: any, latest-only, min-version:<label> "
                      "or max-staleness:<k>")
 
