@@ -312,7 +312,7 @@ def _plot(rows: list[dict[str, Any]], path: Path) -> None:
                        ("tool_ok", "tool called right")):
         ax.plot(steps, [r[key] for r in rows], marker="o", markersize=3, label=label)
     ax.set_xlabel("step")
-    ax.set_ylim(0, 1.25)
+    ax.set_ylim(0, 1.55)
     ax.grid(alpha=0.3)
     ax.legend(loc="upper left")
     ax.set_title("agent RL through tokenwire: two vLLM replicas, LoRA, max_staleness 1")
