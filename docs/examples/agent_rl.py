@@ -12,14 +12,16 @@ assistant turns, in line with the sampler's logprobs (each turn's end-of-turn id
 logprob included).
 
 Asynchronous: a rollout thread keeps generating groups while the trainer trains on the last
-one and pushes the new adapter (`/v1/load_lora_adapter` in place, versioned: the gateway drains
-each replica in turn, so no sample mixes adapters). Rollouts ask for `max_staleness` (default 1):
-the gateway routes them only to replicas whose adapter is at most that many versions behind the
-newest. The trainer measures the staleness it sees (its version against the version that
-sampled each turn) and corrects for the sampler/trainer gap with a truncated importance weight.
+one and pushes the new adapter (`/v1/load_lora_adapter` in place from a new directory, which is
+its version: the gateway drains each replica in turn, so no sample mixes adapters). Rollouts
+ask for `max_staleness` (default 1): the gateway routes them only to replicas whose adapter is
+at most that many versions behind the newest. The trainer measures the staleness it sees (its
+version against the version that sampled each turn) and corrects for the sampler/trainer gap
+with a truncated importance weight.
 The call is sampled under the tool-call grammar, and vLLM's logprobs are then of the
-distribution its grammar left (a forced id has logprob 0): the weight, capped, keeps forced ids
-out of the step, and the reported mismatch is the answer turn's (free sampling).
+distribution its grammar left (a forced id has logprob 0): the truncated importance weight
+(the trainer's probability over the sampler's, capped) all but zeroes a forced id's term, and
+the reported mismatch is the answer turn's (free sampling).
 
     python docs/examples/agent_rl.py --url http://gateway:8000 --api-key $ADMIN --steps 30 \\
         --report run.jsonl --plot reward.png
@@ -107,15 +109,19 @@ def _turn(c: Any) -> tuple[list[int], list[float]]:
     ids = list(c.token_ids or [])
     lps = [t.logprob for t in c.logprobs.content] if c.logprobs and c.logprobs.content else []
     if isinstance(c.stop_reason, int):
+        if c.stop_logprob is None:
+            raise RuntimeError("a sampled end of turn came without its logprob")
         ids.append(c.stop_reason)
-        lps.append(c.stop_logprob if c.stop_logprob is not None else float("nan"))
+        lps.append(c.stop_logprob)
     return ids, lps
 
 
 def _version(c: Any) -> str:
-    spans = c.weight_versions or []
-    labels = {s.version.rpartition("@")[2] for s in spans}  # "<base>+lora:policy@<version>"
-    return labels.pop() if len(labels) == 1 else "mixed"
+    """The adapter version (its path) that sampled a turn: "<base>+lora:policy@<path>"."""
+    labels = {s.version.partition(f"+lora:{ADAPTER}@")[2] for s in c.weight_versions or []}
+    if len(labels) != 1:
+        raise RuntimeError(f"a turn names {sorted(labels) or 'no'} adapter versions, not one")
+    return labels.pop()
 
 
 def trajectories(client: Client, a: int, b: int, group: int, staleness: int,
@@ -167,13 +173,14 @@ def _answer(client: Client, messages: list[dict[str, Any]], question: str, produ
     tool_ok = value is not None and value == product
     versions = (_version(c), _version(c2))
     return Sample(question, correct, rendered.token_ids, rendered.sampled_mask, lps,
-                  0.5 * tool_ok + float(correct), min(versions), tool_ok, versions,
+                  0.5 * tool_ok + float(correct), versions[0], tool_ok, versions,
                   len(lps1))
 
 
 def push(client: Client, adapters: dict[str, LoRALinear], alpha: float, rank: int, out: Path,
-         version: str) -> None:
-    """The adapter as PEFT writes it, loaded in place on every replica (each drained first)."""
+         version: str) -> str:
+    """The adapter as PEFT writes it, loaded in place on every replica (each drained first);
+    its version, which is its path."""
     target = out / version
     target.mkdir(parents=True, exist_ok=True)
     save_file({f"base_model.model.{name}.lora_{ab}.weight": t.detach().contiguous()
@@ -183,7 +190,8 @@ def push(client: Client, adapters: dict[str, LoRALinear], alpha: float, rank: in
         "peft_type": "LORA", "task_type": "CAUSAL_LM", "r": rank, "lora_alpha": alpha,
         "bias": "none", "target_modules": sorted({n.rsplit(".", 1)[1] for n in adapters})}))
     client.control("load_lora_adapter", {"lora_name": ADAPTER, "lora_path": str(target),
-                                         "load_inplace": True, "version": version})
+                                         "load_inplace": True})
+    return str(target)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -239,9 +247,8 @@ def main(argv: list[str] | None = None) -> int:
     report = args.report.open("w") if args.report else None
     started = time.monotonic()
     with Client(f"{args.url}/v1", api_key=args.api_key, timeout=600) as client:
-        version = f"{run}-0"  # B = 0: the adapter changes nothing yet
-        push(client, adapters, args.alpha, args.rank, out, version)
-        order = [version]
+        # B = 0: the adapter changes nothing yet
+        order = [push(client, adapters, args.alpha, args.rank, out, f"{run}-0")]
         producer = threading.Thread(target=generate, daemon=True)
         producer.start()
         print("step  reward  correct  tool_ok  stale mean/max  rollouts/s  |Δlogprob|  train_s"
@@ -265,9 +272,8 @@ def main(argv: list[str] | None = None) -> int:
                 t1 = time.monotonic()
                 stats = train_step(model, optimizer, groups, args.clip)
                 t2 = time.monotonic()
-                version = f"{run}-{step}"
-                push(client, adapters, args.alpha, args.rank, out, version)
-                order.append(version)
+                order.append(push(client, adapters, args.alpha, args.rank, out,
+                                  f"{run}-{step}"))
                 t3 = time.monotonic()
                 row = {"step": step, "reward": statistics.fmean(s.reward for s in samples),
                        "correct": statistics.fmean(s.correct for s in samples),

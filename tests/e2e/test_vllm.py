@@ -295,7 +295,7 @@ def test_lora_adapters_on_the_fleet(pair: list[Upstream], tmp_path: Path) -> Non
             return r.json()  # type: ignore[no-any-return]
 
         r = http.post("/v1/load_lora_adapter", headers=ADMIN, json={
-            "lora_name": "tuned", "lora_path": str(a1), "version": "t1"})
+            "lora_name": "tuned", "lora_path": str(a1)})
         assert r.status_code == 200, r.text
         assert [x["status"] for x in r.json()["replicas"]] == [200, 200]
         cards = {c["id"]: c for c in http.get("/v1/models", headers=USER).json()["data"]}
@@ -304,7 +304,7 @@ def test_lora_adapters_on_the_fleet(pair: list[Upstream], tmp_path: Path) -> Non
         tuned = ask_as("tuned")
         assert tuned["model"] == "tuned"
         [span] = tuned["choices"][0]["weight_versions"]
-        assert span["version"].endswith("+lora:tuned@t1"), span
+        assert span["version"].endswith(f"+lora:tuned@{a1}"), span  # its version: its path
         assert tuned["choices"][0]["token_ids"] != base["choices"][0]["token_ids"]
         # what vLLM itself samples with the adapter, for the same ids
         theirs = direct(pair[0], "POST", "/inference/v1/generate", {
@@ -315,26 +315,26 @@ def test_lora_adapters_on_the_fleet(pair: list[Upstream], tmp_path: Path) -> Non
         assert mine["token_ids"] + stop == theirs["choices"][0]["token_ids"]
         again = ask_as("tuned")  # its prefix is cached now, under t1
         assert again["usage"]["prompt_tokens_details"]["cached_tokens"] > 0
-        # a replacement must name a new version, and say it replaces
+        # a replacement must come from a new path, and say it replaces
         r = http.post("/v1/load_lora_adapter", headers=ADMIN, json={
             "lora_name": "tuned", "lora_path": str(a2)})
         assert (r.status_code, r.json()["error"]["param"]) == (400, "lora_name")
         r = http.post("/v1/load_lora_adapter", headers=ADMIN, json={
-            "lora_name": "tuned", "lora_path": str(a2), "load_inplace": True, "version": "t1"})
-        assert (r.status_code, r.json()["error"]["param"]) == (400, "version")
+            "lora_name": "tuned", "lora_path": str(a1), "load_inplace": True})
+        assert (r.status_code, r.json()["error"]["param"]) == (400, "lora_path")
         r = http.post("/v1/load_lora_adapter", headers=ADMIN, json={
-            "lora_name": "tuned", "lora_path": str(a2), "load_inplace": True, "version": "t2"})
+            "lora_name": "tuned", "lora_path": str(a2), "load_inplace": True})
         assert r.status_code == 200, r.text
         assert [direct(u, "GET", "/is_paused")["is_paused"] for u in pair] == [False, False]
         t2 = ask_as("tuned")
-        assert t2["choices"][0]["weight_versions"][0]["version"].endswith("+lora:tuned@t2")
+        assert t2["choices"][0]["weight_versions"][0]["version"].endswith(f"+lora:tuned@{a2}")
         # the same prompt: none of t1's KV is reused (vLLM keys it by name and path only)
         assert not (t2["usage"].get("prompt_tokens_details") or {}).get("cached_tokens")
         assert t2["choices"][0]["token_ids"] != tuned["choices"][0]["token_ids"]
-        assert ask_as("tuned", min_weight_version="t2")["model"] == "tuned"
+        assert ask_as("tuned", min_weight_version=str(a2))["model"] == "tuned"
         r = http.post("/v1/chat/completions", headers=USER, json={
             "model": "tuned", "messages": messages, "max_tokens": 2,
-            "min_weight_version": "t3"})
+            "min_weight_version": str(tmp_path / "a3")})
         assert (r.status_code, r.json()["error"]["code"]) == (409, "weight_version_unavailable")
         r = http.post("/v1/unload_lora_adapter", headers=ADMIN, json={"lora_name": "tuned"})
         assert r.status_code == 200, r.text

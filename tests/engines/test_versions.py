@@ -32,6 +32,16 @@ def test_a_bound_admits_replicas_by_their_own_versions() -> None:
     assert order.admits(both, versions) == [False, True, True, False]
 
 
+def test_staleness_counts_from_the_newest_a_serving_replica_holds() -> None:
+    """A replica that is down or held (a stopped roll's batch, labelled new) keeps no request
+    waiting for its version."""
+    order = VersionOrder()
+    order.see(["a", "b"])
+    assert order.admits(WeightBound(max_staleness=0), ["a", "b"], [True, False]) == \
+        [True, False]
+    assert order.admits(WeightBound(max_staleness=0), ["a", "b"]) == [False, True]
+
+
 def test_the_refusal_names_the_versions_present() -> None:
     order = VersionOrder()
     order.see(["s1"])

@@ -396,3 +396,7 @@ class Controllable(Protocol):
     def hold(self, replicas: Sequence[str], held: bool) -> None:
         """Keep `replicas` out of routing (a rolling update pauses them), or put them back."""
         ...
+
+    def held(self) -> frozenset[str]:
+        """The replicas held out of routing now (a rolling update that stopped left them)."""
+        ...

@@ -753,6 +753,9 @@ class LlamaCppEngine:
         """`Controllable`: nothing to do: one replica has nowhere else to send a request (a
         paused engine queues it until it resumes)."""
 
+    def held(self) -> frozenset[str]:
+        return frozenset()
+
     async def _within_bound(self, bound: WeightBound | None) -> None:
         """Wait (up to the bound's wait) until the weights satisfy `bound`. Alone, they are
         the newest (any `max_staleness` holds); `min_weight_version` holds once they carried

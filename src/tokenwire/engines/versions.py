@@ -96,19 +96,23 @@ class VersionOrder:
     def rank(self, label: str | None) -> int | None:
         return None if label is None else self._rank.get(label)
 
-    def admits(self, bound: WeightBound, versions: Sequence[str | None]) -> list[bool]:
-        """Which of the replicas serving `versions` (None: unknown) the bound lets serve."""
+    def admits(self, bound: WeightBound, versions: Sequence[str | None],
+               serving: Sequence[bool] | None = None) -> list[bool]:
+        """Which of the replicas serving `versions` (None: unknown) the bound lets serve;
+        staleness counts from the newest version among the replicas `serving` now (all, by
+        default): one that is down or held keeps no request waiting for its version."""
         ranks = [self.rank(v) for v in versions]
-        known = [r for r in ranks if r is not None]
-        newest = max(known, default=None)
+        live = serving if serving is not None else [True] * len(ranks)
+        newest = max((r for r, up in zip(ranks, live, strict=True) if r is not None and up),
+                     default=None)
         floor = None if bound.min_version is None else self.rank(bound.min_version)
         out = []
         for r in ranks:
             ok = r is not None
-            if ok and bound.min_version is not None:
-                ok = floor is not None and r >= floor  # type: ignore[operator]
-            if ok and bound.max_staleness is not None:
-                ok = newest is not None and newest - r <= bound.max_staleness  # type: ignore
+            if r is not None and bound.min_version is not None:
+                ok = floor is not None and r >= floor
+            if r is not None and ok and bound.max_staleness is not None:
+                ok = newest is not None and newest - r <= bound.max_staleness
             out.append(ok)
         return out
 

@@ -253,13 +253,9 @@ class VllmEngine(UpstreamEngine):
         return replica.info.mode, body
 
     def control_request(self, call: ControlCall) -> tuple[str, str, Any]:
-        """vLLM's own endpoints (with VLLM_SERVER_DEV_MODE=1), as the client sent them (an
-        adapter's `version` is tokenwire's, kept here)."""
+        """vLLM's own endpoints (with VLLM_SERVER_DEV_MODE=1), as the client sent them."""
         method, path = CONTROL_OPS[call.op]
-        body = call.body
-        if call.op == "load_lora_adapter" and isinstance(body, dict):
-            body = {k: v for k, v in body.items() if k != "version"}
-        return method, path, body
+        return method, path, call.body
 
     def control_answer(self, call: ControlCall, status: int, body: Any) -> tuple[int, Any]:
         # vLLM answers an adapter's load and unload with a line of text, not JSON

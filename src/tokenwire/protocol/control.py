@@ -80,20 +80,16 @@ class CollectiveRpcBody(ControlBody):
 
 
 class LoadLoraAdapterBody(ControlBody):
-    """vLLM's `LoadLoRAAdapterRequest` (`entrypoints/serve/lora/protocol.py`), and tokenwire's
-    `version`."""
+    """vLLM's `LoadLoRAAdapterRequest` (`entrypoints/serve/lora/protocol.py`)."""
 
     lora_name: _Name
     """The name requests use as their `model`."""
-    lora_path: Annotated[str, StringConstraints(min_length=1, max_length=4096)]
-    """Where each replica reads the adapter (a PEFT directory)."""
+    lora_path: Label
+    """Where each replica reads the adapter (a PEFT directory); also the adapter's version,
+    which every sample it makes names: a replacement comes from a new path."""
     load_inplace: bool = False
     """Replace an adapter of that name (vLLM's flag); tokenwire drains each replica first."""
     is_3d_lora_weight: bool = False
-    version: Label | None = None
-    """tokenwire's: the adapter's version label, which every sample it makes names (default:
-    `lora_path`). Replacing an adapter from the same path needs a new one: KV cached under the
-    old weights must not be reused."""
 
 
 class UnloadLoraAdapterBody(ControlBody):

@@ -5,8 +5,9 @@ A call reaches every served model's engine (a vLLM server serves one model; a to
 several applies a pause to the whole server). Only admin keys may call it (a keyless server:
 loopback clients only, as raw prompts), and each call is logged with its caller. The answer is
 vLLM's body (the replicas agree on it) plus `replicas`, each replica's status and body; a
-replica that failed, or replicas that disagree (`weight_info` naming two versions), make a 502
-`replica_failed` naming them, with the same `replicas`: never a 200 that hides it.
+replica that failed, or replicas that disagree, make a 502 `replica_failed` naming them, with
+the same `replicas`: never a 200 that hides it. `weight_info` alone answers 200 when versions
+differ (a rolling update): `weight_version` null, each replica's in `replicas`.
 """
 
 from __future__ import annotations

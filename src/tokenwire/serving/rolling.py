@@ -9,22 +9,33 @@ request meanwhile goes to a replica that serves; its samples name the weights th
 A failure stops the roll where it is: the batch that failed stays paused and out of routing
 (its weights are whatever the failed call left: never served under a label), and the 502 says
 which replica holds which version. The same call again resumes the roll: replicas that report
-the target version are skipped, so only the rest is redone. One roll at a time on a box; a
-paused fleet (the trainer's pause) is refused rather than resumed behind the trainer's back.
+the target version are skipped (but not a batch a stopped roll left held, whatever it
+reports), so only the rest is redone. One roll at a time on a box (a file lock every worker
+takes); a paused fleet (the trainer's pause) is refused rather than resumed behind the
+trainer's back. Plain control calls are not locked out meanwhile: a fleet-wide `/resume` in
+the middle of a roll resumes the batch being updated too.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
 import logging
+import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from ..engines.base import ControlAnswer, ControlCall, Controllable
+from ..engines.upstream.board import MAX_LABEL, RUN_DIR_ENV
 from ..errors import (
+    InvalidRequestError,
     ReplicaControlError,
     RollingUpdateError,
+    TokenwireError,
     UnsupportedParameterError,
 )
 from ..protocol.control import RollingUpdateBody
@@ -65,21 +76,22 @@ class RollingUpdates:
     def __init__(self, models: ModelRegistry):
         self._models = models
         self._lock = asyncio.Lock()
-        self._left: set[tuple[str, str]] = set()
-        """(model, replica) a failed roll left paused: a retry takes them up again."""
 
     async def run(self, body: RollingUpdateBody) -> dict[str, Any]:
+        if len(body.weight_version.encode()) > MAX_LABEL:
+            raise InvalidRequestError(f"a weight version label is at most {MAX_LABEL} bytes "
+                                      "(UTF-8)", param="weight_version")
         if self._lock.locked():
-            raise RollingUpdateError("a rolling update is running on this server: wait for "
-                                     "its answer (one roll at a time)")
+            raise _busy()
         async with self._lock:
-            started = time.monotonic()
-            reports: list[_Replica] = []
-            for m in self._models.all():
-                reports += await self._model(m, body, reports)
-            return {"weight_version": body.weight_version,
-                    "seconds": round(time.monotonic() - started, 3),
-                    "replicas": [r.report() for r in reports]}
+            with _one_roll_per_box():
+                started = time.monotonic()
+                reports: list[_Replica] = []
+                for m in self._models.all():
+                    reports += await self._model(m, body, reports)
+                return {"weight_version": body.weight_version,
+                        "seconds": round(time.monotonic() - started, 3),
+                        "replicas": [r.report() for r in reports]}
 
     async def _model(self, m: ServedModel, body: RollingUpdateBody,
                      earlier: list[_Replica]) -> list[_Replica]:
@@ -97,10 +109,11 @@ class RollingUpdates:
                 r.state = "failed" if r.answer is not None and not r.answer.ok else "pending"
             raise self._error(m, "weight_info", "could not read every replica's version: "
                               "nothing was changed", earlier + reps)
-        await self._refuse_paused(m, engine)
+        left = engine.held()  # a stopped roll's batch: redone, whatever it reports
+        await self._refuse_paused(m, engine, left)
         for r in reps:
             r.answer = None
-            if r.version == body.weight_version and (m.id, r.name) not in self._left:
+            if r.version == body.weight_version and r.name not in left:
                 r.state = "current"
         todo = [r for r in reps if r.state == "pending"]
         k = body.max_unavailable
@@ -111,40 +124,49 @@ class RollingUpdates:
             except _Stopped as exc:
                 for r in batch:
                     r.state = "held"
-                    self._left.add((m.id, r.name))
                 for a in exc.answers:
                     r = next(x for x in batch if x.name == a.replica)
                     r.answer, r.state = a, "failed"
                 raise self._error(m, exc.op, str(exc), earlier + reps) from None
             for r in batch:
                 r.state, r.version = "updated", body.weight_version
-                self._left.discard((m.id, r.name))
         return reps
 
-    async def _refuse_paused(self, m: ServedModel, engine: Controllable) -> None:
+    async def _refuse_paused(self, m: ServedModel, engine: Controllable,
+                             left: frozenset[str]) -> None:
         """A fleet the trainer paused is not resumed by a roll."""
+        fleet = getattr(engine, "fleet", None)  # a gateway remembers it (SGLang cannot say)
+        if getattr(fleet, "paused", None) is not None:
+            raise _paused(m)
         try:
             answers = await engine.control(ControlCall("is_paused"))
-        except UnsupportedParameterError:  # the protocol cannot say (SGLang)
+        except UnsupportedParameterError:
             return
         paused = [a.replica for a in answers if a.ok and isinstance(a.body, dict)
-                  and a.body.get("is_paused") and (m.id, a.replica) not in self._left]
+                  and a.body.get("is_paused") and a.replica not in left]
         if paused and len(paused) == len(answers):
-            raise RollingUpdateError(
-                f"model {m.id!r}: the fleet is paused (a control call paused it): resume it "
-                "first, or update it with the plain control calls", code="fleet_paused")
+            raise _paused(m)
 
     async def _update(self, engine: Controllable, batch: list[_Replica],
                       body: RollingUpdateBody) -> None:
+        """One batch through the calls. A call refused before the batch was paused changes
+        nothing (the batch goes back into routing, the refusal is the answer); any later
+        failure leaves it held and paused (`_Stopped`, or the error as it came)."""
         names = tuple(r.name for r in batch)
         calls = [ControlCall("pause", (("mode", body.pause_mode),)),
                  *(ControlCall(s.op, tuple(s.query.items()), s.body) for s in body.calls),
                  ControlCall("update_weight_version", body={"new_version": body.weight_version}),
-                 ControlCall("reset_prefix_cache"), ControlCall("weight_info")]
+                 ControlCall("reset_prefix_cache"), ControlCall("weight_info"),
+                 ControlCall("resume")]
         log.info("rolling update to %r: %s", body.weight_version, ", ".join(names))
         engine.hold(names, True)
-        for call in calls:
-            answers = await engine.control(replace(call, replicas=names))
+        for n, call in enumerate(calls):
+            try:
+                answers = await engine.control(replace(call, replicas=names))
+            except TokenwireError:
+                if n == 0:  # the pause itself was refused (SGLang has no draining pause)
+                    engine.hold(names, False)
+                raise
             failed = [a for a in answers if not a.ok]
             if call.op == "reset_prefix_cache":  # vLLM answers 200 with success false
                 failed += [a for a in answers if a.ok and isinstance(a.body, dict)
@@ -155,10 +177,6 @@ class RollingUpdates:
             if failed:
                 raise _Stopped(call.op, failed, "; ".join(
                     f"{a.replica} answered {a.status}: {str(a.body)[:200]}" for a in failed))
-        answers = await engine.control(replace(ControlCall("resume"), replicas=names))
-        failed = [a for a in answers if not a.ok]
-        if failed:
-            raise _Stopped("resume", failed, "the weights are updated but it did not resume")
         engine.hold(names, False)
 
     @staticmethod
@@ -169,3 +187,36 @@ class RollingUpdates:
             f"the rolling update of {m.id!r} stopped at {op}: {why}. The replicas now: {held}. "
             "The replicas left paused are out of routing; the same call again resumes the "
             "roll", replicas=[r.report() for r in reps])
+
+
+def _busy() -> RollingUpdateError:
+    return RollingUpdateError("a rolling update is running on this server: wait for its "
+                              "answer (one roll at a time)")
+
+
+def _paused(m: ServedModel) -> RollingUpdateError:
+    return RollingUpdateError(
+        f"model {m.id!r}: the fleet is paused (a control call paused it): resume it first, or "
+        "update it with the plain control calls", code="fleet_paused")
+
+
+@contextlib.contextmanager
+def _one_roll_per_box() -> Iterator[None]:
+    """One roll at a time on the box: every worker of a server takes the same file lock (in
+    the run directory its supervisor made; one worker: the caller's lock is enough)."""
+    run_dir = os.environ.get(RUN_DIR_ENV)
+    if not run_dir:
+        yield
+        return
+    fd = os.open(Path(run_dir) / "rolling.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise _busy() from None
+        try:
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)

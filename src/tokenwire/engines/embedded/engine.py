@@ -287,6 +287,9 @@ class EmbeddedEngine:
         """`Controllable`: nothing to do: one replica has nowhere else to send a request (a
         paused engine queues it until it resumes)."""
 
+    def held(self) -> frozenset[str]:
+        return frozenset()
+
     async def control(self, call: ControlCall) -> list[ControlAnswer]:
         """`Controllable`: vLLM's RL endpoints, answered by the engine process."""
         answers: list[ControlAnswer] = await self._call("control", call)

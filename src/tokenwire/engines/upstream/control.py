@@ -38,6 +38,10 @@ if TYPE_CHECKING:
 
 __all__ = ["FleetControl"]
 
+OBSERVE_TIMEOUT = 5.0
+"""Seconds one reading of a replica's state (`/weight_info`, `/is_paused`, its adapters) may
+take: a replica that hangs there must not hold back requests waiting for a version."""
+
 log = logging.getLogger(__name__)
 
 
@@ -49,8 +53,6 @@ class FleetControl:
         self._board = engine.board  # every worker of the box remembers the same state
         self.order = VersionOrder()
         self._adapter_orders: dict[str, VersionOrder] = {}
-        self._adapter_versions: dict[tuple[str, str], str] = {}
-        """(name, path) -> the version an adapter was loaded with through this box."""
         self._reports: dict[str, bool] = {}
         """Which of weight_info / is_paused the protocol has (False: refused by name)."""
         self._refreshing: asyncio.Future[Any] | None = None
@@ -64,6 +66,11 @@ class FleetControl:
     def weight_version(self) -> str | None:
         """The version the fleet's weights were labelled with last (None: never labelled)."""
         return self._board.weight_version
+
+    @property
+    def reports_versions(self) -> bool | None:
+        """Whether the replicas report their weights' version (None: not asked yet)."""
+        return self._reports.get("weight_info")
 
     def order_of(self, adapter: str | None) -> VersionOrder:
         """The order of the base weights' versions, or of one adapter's."""
@@ -90,10 +97,12 @@ class FleetControl:
         for r, a in zip(reached, answers, strict=True):
             if a.ok:
                 self._learn(r, call, a.body)
+        self.place()
         if any(a.ok for a in answers) and call.replicas is None:
             self._remember(call)
-        elif label is not None and any(a.ok for a in answers):
-            self._board.weight_version = label[1]  # a rolling update: the fleet's from now
+        elif label is not None and all(r.weight_version == label[1]
+                                       for r in self._engine.replicas):
+            self._board.weight_version = label[1]  # a rolling update's last batch
         return list(answers)
 
     def _learn(self, r: Replica, call: ControlCall, body: Any) -> None:
@@ -102,8 +111,7 @@ class FleetControl:
         if label is not None:
             r.weight_version = label[1]
         elif call.op == "weight_info" and isinstance(body, dict):
-            r.weight_version = body.get("weight_version")
-            self.order.see([r.weight_version])
+            r.weight_version = body.get("weight_version")  # placed by `place` (a sweep)
         elif call.op == "pause":
             r.paused = True
         elif call.op == "resume":
@@ -111,21 +119,24 @@ class FleetControl:
         elif call.op == "is_paused" and isinstance(body, dict):
             r.paused = bool(body.get("is_paused"))
         elif call.op == "load_lora_adapter" and isinstance(call.body, dict):
-            name, path = call.body["lora_name"], call.body["lora_path"]
-            version = call.body.get("version") or path
-            self._adapter_versions[(name, path)] = version
-            self.order_of(name).see([version])
-            r.adapters[name] = (path, version)
+            name, path = call.body.get("lora_name"), call.body.get("lora_path")
+            if isinstance(name, str) and isinstance(path, str):
+                self.order_of(name).see([path])
+                r.adapters[name] = (path, path)
         elif call.op == "unload_lora_adapter" and isinstance(call.body, dict):
-            r.adapters.pop(call.body["lora_name"], None)
+            r.adapters.pop(str(call.body.get("lora_name")), None)
 
     def _see_adapters(self, r: Replica, served: dict[str, str]) -> None:
-        """A replica's adapters as it reports them (name: path); versions as loaded through
-        this box, else the path."""
-        r.adapters = {name: (path, self._adapter_versions.get((name, path), path))
-                      for name, path in served.items()}
-        for name, (_, version) in r.adapters.items():
-            self.order_of(name).see([version])
+        """A replica's adapters as it reports them (name: path). An adapter's version is its
+        path: what every replica reports, so every worker and box names it alike."""
+        r.adapters = {name: (path, path) for name, path in served.items()}
+        for name, path in served.items():
+            self.order_of(name).see([path])
+
+    def place(self) -> None:
+        """Place the versions the replicas report that this box has not met, together (in
+        natural order among themselves: a box started in the middle of a roll meets two)."""
+        self.order.see([r.weight_version for r in self._engine.replicas])
 
     async def observe(self, r: Replica) -> None:
         """Read a replica's version and pause state from the replica itself."""
@@ -134,7 +145,7 @@ class FleetControl:
                 continue
             call = ControlCall(op)
             try:
-                status, data = await self._ask(r, call)
+                status, data = await asyncio.wait_for(self._ask(r, call), OBSERVE_TIMEOUT)
             except UnsupportedParameterError:  # the protocol has no such call
                 self._reports[op] = False
                 continue
@@ -146,7 +157,7 @@ class FleetControl:
     async def _observe_adapters(self, r: Replica) -> None:
         if self._reports.get("adapters") is False:
             return
-        served = await self._engine.adapters_of(r)
+        served = await asyncio.wait_for(self._engine.adapters_of(r), OBSERVE_TIMEOUT)
         self._reports["adapters"] = served is not None
         if served is not None:
             self._see_adapters(r, served)
@@ -154,30 +165,39 @@ class FleetControl:
     async def _load_adapter(self, call: ControlCall) -> list[ControlAnswer]:
         """Load an adapter on every replica; where one of that name serves (a replacement),
         each such replica in turn is held out of routing and drained (`pause?mode=wait`)
-        first, so that no sample is made partly by the old weights and partly by the new."""
+        first, so that no sample is made partly by the old weights and partly by the new. The
+        first replica that fails stops the replacement there (the rest are not reached)."""
         body = call.body if isinstance(call.body, dict) else {}
-        name, path = body["lora_name"], body["lora_path"]
-        version = body.get("version") or path
-        holding = [r for r in self._engine.replicas if name in r.adapters]
+        name, path = str(body.get("lora_name")), str(body.get("lora_path"))
+        reps = self._engine.replicas
+        # what each replica serves now, read from it (another worker or box may have loaded)
+        await asyncio.gather(*(self._observe_adapters(r) for r in reps if r.healthy),
+                             return_exceptions=True)
+        holding = [r for r in reps if name in r.adapters]
         if holding and not body.get("load_inplace"):
             raise InvalidRequestError(
                 f"an adapter named {name!r} is loaded already: replace it with load_inplace "
                 "true (each replica is drained first)", param="lora_name")
-        if any(r.adapters[name][1] == version for r in holding):
+        if any(r.adapters[name][0] == path for r in holding):
             raise InvalidRequestError(
-                f"adapter {name!r} already carries version {version!r}: a replacement needs "
-                "a new version (or a new lora_path), or prefixes cached under its old weights "
-                "would be reused", param="version")
+                f"adapter {name!r} was loaded from {path!r} already: load the new weights from "
+                "a new path (an adapter's version is its path; vLLM keys its cached prefixes "
+                "by name and path, so the same path would reuse KV of the old weights)",
+                param="lora_path")
         if holding and self.paused == "keep":
             raise InvalidRequestError(
                 "the fleet is paused with mode keep: an adapter replaced now would go on "
                 "sampling the frozen sequences unseen; resume first", param="load_inplace")
-        fresh = [r for r in self._engine.replicas if r not in holding]
+        fresh = [r for r in reps if r not in holding]
         answers = dict(zip(fresh, await asyncio.gather(*(self._direct(r, call) for r in fresh)),
                            strict=True))
+        failed = False
         for r in holding:
-            answers[r] = await self._drained(r, call)
-        return [answers[r] for r in self._engine.replicas]
+            answers[r] = ControlAnswer(r.name, 409, {"error": "not reached: the replacement "
+                                                     "failed on an earlier replica"}) \
+                if failed else await self._drained(r, call)
+            failed = failed or not answers[r].ok
+        return [answers[r] for r in reps]
 
     async def _direct(self, r: Replica, call: ControlCall) -> ControlAnswer:
         method, path, body = self._engine.control_request(call)
@@ -188,31 +208,36 @@ class FleetControl:
         return answer
 
     async def _drained(self, r: Replica, call: ControlCall) -> ControlAnswer:
-        """`call` on one replica held out of routing and paused (draining) meanwhile; left
-        held and paused if it fails there (its adapter is in doubt)."""
+        """`call` on one replica held out of routing and paused (draining) meanwhile, then
+        resumed and routed to again; also when the call failed there (vLLM keeps the adapter it
+        had when a load fails). Left paused only if it cannot be resumed."""
         self._board.hold(r.index, True)
-        if self.paused is None:
-            paused = await self._direct(r, ControlCall("pause", (("mode", "wait"),)))
-            if not paused.ok:
-                return paused
-        answer = await self._direct(r, call)
-        if not answer.ok:
+        pause = self.paused is None  # a paused fleet runs nothing: no drain, no resume
+        try:
+            if pause:
+                paused = await self._direct(r, ControlCall("pause", (("mode", "wait"),)))
+                if not paused.ok:
+                    return paused
+            answer = await self._direct(r, call)
+            if pause:
+                resumed = await self._direct(r, ControlCall("resume"))
+                if not resumed.ok:
+                    return resumed
             return answer
-        if self.paused is None:
-            resumed = await self._direct(r, ControlCall("resume"))
-            if not resumed.ok:
-                return resumed
-        self._board.hold(r.index, False)
-        return answer
+        finally:  # routed again; a replica still paused is passed over while others serve
+            self._board.hold(r.index, False)
 
     async def refresh(self) -> None:
         """Every healthy replica's version and pause state, read now (requests waiting
         together share one reading)."""
         if self._refreshing is None or self._refreshing.done():
-            self._refreshing = asyncio.ensure_future(asyncio.gather(
-                *(self.observe(r) for r in self._engine.replicas if r.healthy),
-                return_exceptions=True))
+            self._refreshing = asyncio.ensure_future(self._sweep())
         await asyncio.shield(self._refreshing)
+
+    async def _sweep(self) -> None:
+        await asyncio.gather(*(self.observe(r) for r in self._engine.replicas if r.healthy),
+                             return_exceptions=True)
+        self.place()
 
     async def _one(self, r: Replica, call: ControlCall, method: str, path: str,
                    body: Any) -> ControlAnswer:

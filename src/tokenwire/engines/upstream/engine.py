@@ -16,6 +16,7 @@ event it never happens.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import logging
@@ -271,6 +272,7 @@ class UpstreamEngine:
                 f"{r.url}: {r.info.model!r}, {r.info.max_model_len} tokens per sequence"
                 for r in verified if r.info is not None))
         self._info = self.engine_info(verified[0].info)  # type: ignore[arg-type]
+        self.fleet.place()  # the versions met at start, placed together
         self._health.watch()
 
     async def aclose(self) -> None:
@@ -291,23 +293,32 @@ class UpstreamEngine:
             if r.name in replicas:
                 self.board.hold(r.index, held)
 
+    def held(self) -> frozenset[str]:
+        return frozenset(r.name for r in self._replicas if r.held)
+
     def _usable(self, params: SamplingParams) -> list[bool]:
         """The replicas a request may go to: healthy, within its weight bound, and not paused
-        or held by a rolling update (unless every such one is: the fleet is paused, and they
-        queue it until they resume)."""
+        or held by a rolling update (unless every such one is: they queue it until they
+        resume, as a paused fleet does)."""
         reps = self._replicas
         ok = [r.healthy for r in reps]
         name = params.adapter
         if name is not None:  # where it is loaded; a bound is on its versions
             ok = [a and name in r.adapters for a, r in zip(ok, reps, strict=True)]
-        if params.weight_bound is not None:
+        bound = params.weight_bound
+        if bound is not None:
+            if self.fleet.reports_versions is False:
+                raise UnsupportedParameterError(
+                    f"the {self.name} upstreams report no weight versions: "
+                    f"{bound.describe()} cannot be honoured", param=bound.param)
             versions = [r.weight_version for r in reps] if name is None else \
                 [r.adapters[name][1] if name in r.adapters else None for r in reps]
-            within = self.fleet.order_of(name).admits(params.weight_bound, versions)
+            # the newest is the newest a replica that can serve now holds
+            serving = [r.healthy and not r.held for r in reps]
+            within = self.fleet.order_of(name).admits(bound, versions, serving)
             ok = [a and b for a, b in zip(ok, within, strict=True)]
-        serving = [a and not (r.paused or r.held) for a, r in zip(ok, reps, strict=True)]
-        return serving if any(serving) else [a and not r.held for a, r in zip(ok, reps,
-                                                                              strict=True)]
+        free = [a and not (r.paused or r.held) for a, r in zip(ok, reps, strict=True)]
+        return free if any(free) else ok
 
     async def _within_bound(self, params: SamplingParams) -> list[bool]:
         """Wait (up to the bound's wait) for a replica within the request's weight bound."""
@@ -316,9 +327,11 @@ class UpstreamEngine:
         if bound is None or any(usable) or not any(r.healthy for r in self._replicas):
             return usable
         deadline = time.monotonic() + bound.wait
-        while time.monotonic() < deadline:
-            await asyncio.sleep(min(0.25, max(0.0, deadline - time.monotonic())))
-            await self.fleet.refresh()  # the replicas' own word, not what this box remembers
+        while (left := deadline - time.monotonic()) > 0:
+            await asyncio.sleep(min(0.25, left))
+            with contextlib.suppress(TimeoutError):  # the replicas' own word, in time
+                await asyncio.wait_for(self.fleet.refresh(), max(0.0, deadline -
+                                                                 time.monotonic()))
             usable = self._usable(params)
             if any(usable):
                 return usable

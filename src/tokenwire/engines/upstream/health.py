@@ -69,6 +69,7 @@ class Health:
                 await self.check(r)
             except Exception as exc:  # noqa: BLE001 - the watcher must outlive any answer
                 r.down(f"health check failed: {exc!r}")
+            self._engine.fleet.place()  # a version met for the first time takes its place
 
     async def check(self, r: Replica, *, starting: bool = False) -> None:
         """Health-check one replica; a replica not verified yet is verified before use. While
@@ -109,7 +110,7 @@ class Health:
         r.up()
         try:  # its weights' version and pause state, as it reports them (routing reads them)
             await self._engine.fleet.observe(r)
-        except (*TRANSPORT_ERRORS, *MALFORMED) as exc:
+        except (*TRANSPORT_ERRORS, *MALFORMED, UpstreamStatusError, TimeoutError) as exc:
             log.debug("upstream %s: its state could not be read: %r", r.url, exc)
 
     async def _verify(self, r: Replica) -> None:
