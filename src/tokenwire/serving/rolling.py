@@ -163,10 +163,13 @@ class RollingUpdates:
         for n, call in enumerate(calls):
             try:
                 answers = await engine.control(replace(call, replicas=names))
-            except TokenwireError:
+            except TokenwireError as exc:
                 if n == 0:  # the pause itself was refused (SGLang has no draining pause)
                     engine.hold(names, False)
-                raise
+                    raise
+                # refused after the pause: the batch stays held, and the answer says so
+                raise _Stopped(call.op, [ControlAnswer(x, exc.status_code, exc.to_body())
+                                         for x in names], str(exc)) from None
             failed = [a for a in answers if not a.ok]
             if call.op == "reset_prefix_cache":  # vLLM answers 200 with success false
                 failed += [a for a in answers if a.ok and isinstance(a.body, dict)
