@@ -195,8 +195,11 @@ def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer
                          "or vllm")
     if upstream is not None:
         gateway = {"upstream": [upstream.url], "tokenizer": default_model_path(), **gateway}
+    # (a generated request naming a weight version no replica serves waits this long: the
+    # schema test sends many)
     settings = Settings(port=_free_port(), tokenizer_store=tmp_path_factory.mktemp("tokenizers"),
-                        content_policy=policy, **gateway)  # type: ignore[arg-type]
+                        content_policy=policy, weight_version_wait=0.5,
+                        **gateway)  # type: ignore[arg-type]
     app = create_app(settings)
     server, thread = start_server(app, settings.port)
     yield LiveServer(url=f"http://127.0.0.1:{settings.port}", settings=settings, app=app,

@@ -4,6 +4,7 @@ front of two real tokenwire replicas (the embedded engine, LoRA adapters from di
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Iterator
@@ -127,46 +128,66 @@ def test_a_rolling_update_under_load(fleet: httpx.Client, two: list[Upstream],
     assert [x["state"] for x in again["replicas"]] == ["current", "current"]
 
 
+def test_a_refused_update_stops_the_roll_and_changes_nothing(fleet: httpx.Client,
+                                                             tmp_path: Path) -> None:
+    """Replica 1 refuses the update (no such adapter: a 400): the roll stops there, replica 1
+    serves its old weights again, replica 2 is not reached."""
+    http = fleet
+    old = http.get("/weight_info", headers=ADMIN).json()["weight_version"]
+    r = http.post("/rolling_update", headers=ADMIN, json={
+        "weight_version": "never", "calls": [{"op": "update_weights", "body": {
+            "update_info": {"lora_path": str(tmp_path / "missing.gguf")}}}]})
+    assert (r.status_code, r.json()["error"]["code"]) == (502, "replica_failed")
+    assert "refused: the batch serves its old weights again" in r.json()["error"]["message"]
+    assert [(x["state"], x["weight_version"]) for x in r.json()["replicas"]] == [
+        ("failed", old), ("pending", old)]
+    assert [(x["weight_version"], x["paused"]) for x in replicas(http)] == [(old, False)] * 2
+    assert ask(http, "Say only yes.").status_code == 200
+
+
 def test_a_roll_that_stops_says_who_holds_what_and_resumes(fleet: httpx.Client,
                                                            two: list[Upstream],
                                                            tmp_path: Path) -> None:
-    """Replica 2's update fails (its adapter is gone by then): the roll stops there, replica 2
-    stays paused and out of routing with its old weights, /health and /weight_info say who
-    holds what; bounded requests go where the bound holds or wait and get a 409 naming the
-    versions; the same call again finishes the roll."""
+    """Replica 2 is lost in the middle of its update: the roll stops there, replica 2 is held
+    out of routing (what it holds is in doubt) and stays so when it comes back; /health and
+    /weight_info say who holds what; bounded requests go where the bound holds or wait and get
+    a 409 naming the versions; the same call again finishes the roll."""
     http = fleet
     old = http.get("/weight_info", headers=ADMIN).json()["weight_version"]
     lora = adapter(tmp_path / "b.gguf", 1)
-    # a long request on replica 2: its pause (wait) drains it, which leaves time to take the
-    # adapter away once replica 1 has it
-    slow = threading.Thread(target=httpx.post, args=(two[1].url + "/v1/completions",), kwargs={
-        "json": {"model": MODEL, "prompt": "Once upon a time", "max_tokens": 300,
-                 "ignore_eos": True, "temperature": 0}, "timeout": 300})
+    roll = {"weight_version": "step-2", "calls": [
+        {"op": "update_weights", "body": {"update_info": {"lora_path": str(lora)}}}]}
+    # a long request on replica 2: its pause (wait) drains it, which leaves time to lose
+    # replica 2 once replica 1 is done
+    def long_request() -> None:
+        with contextlib.suppress(httpx.HTTPError):  # its replica is killed under it
+            httpx.post(two[1].url + "/v1/completions", timeout=300, json={
+                "model": MODEL, "prompt": "Once upon a time", "max_tokens": 300,
+                "ignore_eos": True, "temperature": 0})
+
+    slow = threading.Thread(target=long_request)
     slow.start()
     time.sleep(0.5)
     answer: list[httpx.Response] = []
-    roll = threading.Thread(target=lambda: answer.append(http.post(
-        "/rolling_update", headers=ADMIN, json={
-            "weight_version": "step-2", "calls": [
-                {"op": "update_weights", "body": {"update_info": {"lora_path": str(lora)}}}]})))
-    roll.start()
+    rolling = threading.Thread(target=lambda: answer.append(http.post(
+        "/rolling_update", headers=ADMIN, json=roll)))
+    rolling.start()
     wait_for(lambda: replicas(http)[0]["weight_version"] == "step-2", 60)
-    lora.rename(lora.with_suffix(".moved"))
-    # mid-roll: replica 1 serves the new weights, replica 2 the old until it is paused
+    # mid-roll: replica 1 serves the new weights, replica 2 the old (draining)
     info = http.get("/weight_info", headers=ADMIN).json()
     assert info["weight_version"] is None  # no one version is the fleet's
     assert [x["body"]["weight_version"] for x in info["replicas"]] == ["step-2", old]
-    roll.join(timeout=120)
+    two[1].kill()
+    rolling.join(timeout=120)
     slow.join(timeout=120)
     r = answer[0]
-    assert r.status_code == 502, r.text
-    assert r.json()["error"]["code"] == "replica_failed"
-    assert "update_weights" in r.json()["error"]["message"]
-    states = [(x["replica"], x["state"], x["weight_version"]) for x in r.json()["replicas"]]
-    assert states == [("replica 1", "updated", "step-2"), ("replica 2", "failed", old)]
+    assert (r.status_code, r.json()["error"]["code"]) == (502, "replica_failed")
+    assert [(x["replica"], x["state"]) for x in r.json()["replicas"]] == [
+        ("replica 1", "updated"), ("replica 2", "failed")]
+    two[1].start()  # back with the weights it was started with: held until the roll is done
+    wait_for(lambda: replicas(http)[1]["healthy"], 60)
     assert [(x["weight_version"], x["paused"]) for x in replicas(http)] == \
         [("step-2", False), (old, True)]
-    assert httpx.get(two[1].url + "/is_paused").json()["is_paused"] is True
     # every request goes to replica 1 meanwhile; bounds are met there or nowhere
     for kw in ({}, {"max_staleness": 0}, {"min_weight_version": "step-2"},
                {"min_weight_version": old}):
@@ -180,11 +201,8 @@ def test_a_roll_that_stops_says_who_holds_what_and_resumes(fleet: httpx.Client,
     err = r.json()["error"]
     assert err["param"] == "min_weight_version"
     assert "'step-2'" in err["message"] and repr(old) in err["message"], err
-    # the same call again, the adapter back: replica 1 is left alone, replica 2 updated
-    lora.with_suffix(".moved").rename(lora)
-    r = http.post("/rolling_update", headers=ADMIN, json={
-        "weight_version": "step-2", "calls": [
-            {"op": "update_weights", "body": {"update_info": {"lora_path": str(lora)}}}]})
+    # the same call again: replica 1 is left alone, replica 2 (held) updated
+    r = http.post("/rolling_update", headers=ADMIN, json=roll)
     assert r.status_code == 200, r.text
     assert [x["state"] for x in r.json()["replicas"]] == ["current", "updated"]
     assert [(x["weight_version"], x["paused"]) for x in replicas(http)] == \

@@ -22,6 +22,7 @@ from schemathesis.specs.openapi.checks import (
 
 from tests.conftest import LiveServer
 from tokenwire.engines.base import CONTROL_OPS
+from tokenwire.protocol.control import ROLLING_UPDATE
 from tokenwire.server.app import create_app
 from tokenwire.server.openapi import build_document
 
@@ -50,9 +51,10 @@ api = schemathesis.openapi.from_dict(DOCUMENT, config=schemathesis.Config.from_d
     "request-timeout": 120,  # a busy CI machine: a slow answer is not what this tests
     # the coverage phase's boundary cases number in the hundreds on the chat body alone
     "phases": {"coverage": {"enabled": False}, "stateful": {"enabled": False}},
-})).exclude(path=[path for _, path in CONTROL_OPS.values()])
+})).exclude(path=[*(path for _, path in CONTROL_OPS.values()), ROLLING_UPDATE[1]])
 """The control plane is left out: its calls pause and relabel the engine every later test uses
-(tests/server/test_control_http.py and tests/e2e/test_vllm.py test it)."""
+(tests/server/test_control_http.py, tests/e2e/test_rolling.py and tests/e2e/test_vllm.py test
+it)."""
 
 
 def test_the_live_server_serves_this_document(live_server: LiveServer) -> None:

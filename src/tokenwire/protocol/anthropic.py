@@ -488,7 +488,8 @@ class MessageStopEvent(ResponseModel):
 
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error",
                403: "permission_error", 404: "not_found_error", 405: "invalid_request_error",
-               413: "request_too_large", 429: "rate_limit_error", 503: "overloaded_error"}
+               409: "invalid_request_error", 413: "request_too_large", 429: "rate_limit_error",
+               503: "overloaded_error"}
 """Anthropic's error `type` by status; any other status is `api_error`."""
 
 

@@ -101,9 +101,9 @@ class Endpoint:
                 if m is not None]
 
 
-# what any route that admits work on a model may answer: a bad body, an unknown model, a full
-# queue, an engine (or every upstream replica) down
-_GENERATION = (400, 404, 429, 503)
+# what any route that admits work on a model may answer: a bad body, an unknown model, no
+# replica within a weight bound, a full queue, an engine (or every upstream replica) down
+_GENERATION = (400, 404, 409, 429, 503)
 _TOKENIZE = (400, 404)
 
 _MODEL = "SmolLM2-135M-Instruct"

@@ -6,8 +6,10 @@ calls on them (vLLM's own: `collective_rpc` `reload_weights`, `update_weights`..
 weights, reset the prefix cache, read the label back, resume them and route to them again. A
 request meanwhile goes to a replica that serves; its samples name the weights that made them.
 
-A failure stops the roll where it is: the batch that failed stays paused and out of routing
-(its weights are whatever the failed call left: never served under a label), and the 502 says
+A failure stops the roll where it is. A call the replicas refused (a 4xx: a bad path, a bad
+body) changed nothing, so that batch resumes with its old weights; any other failure (a 5xx, a
+replica unreachable, a label that did not take) leaves the batch paused and out of routing
+(its weights are whatever the failed call left: never served under a label). The 502 says
 which replica holds which version. The same call again resumes the roll: replicas that report
 the target version are skipped (but not a batch a stopped roll left held, whatever it
 reports), so only the rest is redone. One roll at a time on a box (a file lock every worker
@@ -122,8 +124,9 @@ class RollingUpdates:
             try:
                 await self._update(engine, batch, body)
             except _Stopped as exc:
+                held = engine.held()
                 for r in batch:
-                    r.state = "held"
+                    r.state = "held" if r.name in held else "pending"
                 for a in exc.answers:
                     r = next(x for x in batch if x.name == a.replica)
                     r.answer, r.state = a, "failed"
@@ -178,9 +181,22 @@ class RollingUpdates:
                 failed += [a for a in answers if a.ok and (not isinstance(a.body, dict) or
                            a.body.get("weight_version") != body.weight_version)]
             if failed:
-                raise _Stopped(call.op, failed, "; ".join(
-                    f"{a.replica} answered {a.status}: {str(a.body)[:200]}" for a in failed))
+                why = "; ".join(f"{a.replica} answered {a.status}: {str(a.body)[:200]}"
+                                for a in failed)
+                if all(400 <= a.status < 500 for a in failed) and call.op not in (
+                        "update_weight_version", "weight_info"):
+                    # refused (a bad path, a bad body): nothing changed there, so the batch
+                    # serves its old weights again; the roll still stops
+                    await self._back(engine, names)
+                    why += " (refused: the batch serves its old weights again)"
+                raise _Stopped(call.op, failed, why)
         engine.hold(names, False)
+
+    @staticmethod
+    async def _back(engine: Controllable, names: tuple[str, ...]) -> None:
+        answers = await engine.control(ControlCall("resume", replicas=names))
+        if all(a.ok for a in answers):
+            engine.hold(names, False)
 
     @staticmethod
     def _error(m: ServedModel, op: str, why: str,
