@@ -56,6 +56,7 @@ import torch
 from safetensors.torch import save_file
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import rl_loop  # noqa: E402
 from rl_loop import MODEL_DIR, LoRALinear, load_policy, train_step  # noqa: E402
 
 from tokenwire.client import Client  # noqa: E402
@@ -87,16 +88,9 @@ def calculate(expression: str) -> float | None:
 
 
 @dataclass
-class Sample:
-    """One trajectory, as the trainer of rl_loop.py reads a sample."""
+class Sample(rl_loop.Sample):
+    """One trajectory: rl_loop.py's sample (what its trainer reads), and its turns."""
 
-    question: str
-    correct: bool
-    ids: list[int]
-    mask: list[int]
-    sampler_logprobs: list[float]
-    reward: float
-    version: str
     tool_ok: bool
     versions: tuple[str, ...]
     """The adapter version that sampled each assistant turn."""
