@@ -22,6 +22,24 @@ MODEL = "fake-smollm2"
 """The id the in-process app serves its scripted engine under."""
 
 
+class FakeStream:
+    """The scripted events as an `EventStream` (its next event is never at hand)."""
+
+    ready = False
+
+    def __init__(self, events: AsyncGenerator[EngineEvent, None]):
+        self._events = events
+
+    def __aiter__(self) -> FakeStream:
+        return self
+
+    async def __anext__(self) -> EngineEvent:
+        return await self._events.__anext__()
+
+    async def aclose(self) -> None:
+        await self._events.aclose()
+
+
 class FakeEngine:
     """Samples `script` (then the end-of-generation id), one token per `delay` seconds."""
 
@@ -66,15 +84,14 @@ class FakeEngine:
     def n_waiting(self) -> int:
         return 0
 
-    async def submit(self, prompt: Sequence[int], params: SamplingParams,
-                     ) -> AsyncGenerator[EngineEvent, None]:
+    async def submit(self, prompt: Sequence[int], params: SamplingParams) -> FakeStream:
         if self.refuse is not None:
             raise self.refuse
         script = self.scripts[len(self.prompts) % len(self.scripts)] if self.scripts \
             else self.script
         self.prompts.append(list(prompt))
         self.params.append(params)
-        return self._run(list(prompt), params, script)
+        return FakeStream(self._run(list(prompt), params, script))
 
     async def _run(self, prompt: list[int], params: SamplingParams, script: list[int],
                    ) -> AsyncGenerator[EngineEvent, None]:

@@ -237,9 +237,13 @@ EngineEvent = TokenEvent | FinishEvent | PromptLogprobsEvent
 
 @runtime_checkable
 class EventStream(Protocol):
-    """The events of one sequence, ending after exactly one `FinishEvent`; `aclose` cancels.
-    A stream may also say whether its next event is at hand (`ready: bool`), so frames of
-    events that came together are written together (serving/generation.py `Flow`)."""
+    """The events of one sequence, ending after exactly one `FinishEvent`; `aclose` cancels."""
+
+    @property
+    def ready(self) -> bool:
+        """Its next event is at hand: frames of events that came together are written
+        together (serving/generation.py `Choices.more`)."""
+        ...
 
     def __aiter__(self) -> EventStream: ...
 
@@ -277,6 +281,8 @@ class EngineInfo:
     sampling_mask: bool = False
     """Every sampled token says what the sampler could have drawn (`TokenEvent.sampling_mask`);
     then, as in vLLM, a request must sample (temperature > 0) with a bounded support (top_k)."""
+    answers_whole: bool = False
+    """Answers a request marked `whole` (`SamplingParams`) in one body, not a stream."""
 
 
 @dataclass(frozen=True)

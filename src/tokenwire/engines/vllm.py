@@ -40,6 +40,7 @@ from .base import (
     CONTROL_OPS,
     ControlCall,
     EngineEvent,
+    EngineInfo,
     FinishEvent,
     PromptLogprobsEvent,
     SamplingParams,
@@ -165,11 +166,11 @@ class _Decoder(ChunkDecoder):
 class VllmEngine(UpstreamEngine):
     name = "vllm"
 
-    @property
-    def answers_whole(self) -> bool:
+    def engine_info(self, first: UpstreamInfo) -> EngineInfo:
         """A request marked `whole` (`SamplingParams`) is asked with `stream: false` (one
         body), where the operator chose so (`upstream_whole_answers`)."""
-        return self.settings.upstream_whole_answers
+        return replace(super().engine_info(first),
+                       answers_whole=self.settings.upstream_whole_answers)
 
     @property
     def logprobs_mode(self) -> str | None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TypeVar
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from pydantic import BaseModel
 from starlette.requests import Request
@@ -31,13 +31,13 @@ from ..serving.anthropic import MessagesService
 from ..serving.chat import ChatService
 from ..serving.completions import CompletionService
 from ..serving.generate import GenerateService
-from ..serving.generation import FLOW, Flow
+from ..serving.generation import Stream
 from ..serving.models import ModelRegistry, ServedModel
 from ..serving.responses import ResponsesService
 from ..serving.tokenize import TokenizeService
 from ._json import ModelResponse
 from .middleware import caller_of
-from .sse import SSEResponse, sse_frames, sse_typed_events
+from .sse import SSEResponse
 from .validation import parse_body
 
 __all__ = ["routes"]
@@ -93,19 +93,17 @@ async def get_model(request: Request) -> Response:
 
 
 async def _respond(request: Request, stream: bool,
-                   make_stream: Callable[[], Awaitable[AsyncIterator[BaseModel]]],
-                   make_whole: Callable[[], Awaitable[BaseModel]],
-                   frames: Callable[[AsyncIterator[BaseModel]], AsyncIterator[bytes]] = sse_frames,
+                   make_stream: Callable[[], Awaitable[Stream[Any]]],
+                   make_whole: Callable[[], Awaitable[BaseModel]], *, typed: bool = False,
                    ) -> Response:
-    """SSE for a stream (errors before the first chunk are still plain HTTP errors), else JSON."""
+    """SSE for a stream (errors before the first chunk are still plain HTTP errors), else JSON;
+    `typed`: the stream's events are framed with their `event:` type (Responses, Messages)."""
     if stream:
-        flow = Flow()  # where the choices run, they say when frames can go out together
-        FLOW.set(flow)
         try:  # admission may wait (an upstream's prefill): a client gone meanwhile frees it
-            chunks = await _unless_disconnected(request, make_stream())
+            events = await _unless_disconnected(request, make_stream())
         except _ClientGone:
             return Response(status_code=499)
-        return SSEResponse(frames(chunks), flow)
+        return SSEResponse(events, typed=typed)
     try:
         result = await _unless_disconnected(request, make_whole())
     except _ClientGone:
@@ -127,7 +125,7 @@ async def responses(request: Request) -> Response:
     service: ResponsesService = request.app.state.responses
     caller = caller_of(request)
     return await _respond(request, bool(req.stream), lambda: service.stream(req, caller),
-                          lambda: service.create(req, caller), frames=sse_typed_events)
+                          lambda: service.create(req, caller), typed=True)
 
 
 async def messages(request: Request) -> Response:
@@ -136,7 +134,7 @@ async def messages(request: Request) -> Response:
     service: MessagesService = request.app.state.messages
     caller = caller_of(request)
     return await _respond(request, req.stream, lambda: service.stream(req, caller),
-                          lambda: service.create(req, caller), frames=sse_typed_events)
+                          lambda: service.create(req, caller), typed=True)
 
 
 async def count_tokens(request: Request) -> Response:

@@ -10,14 +10,14 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from ..config import Settings
 from ..engines.base import Grammar, Thought, TokenEvent
 from ..engines.upstream.grammar import structural_tag
-from ..errors import InvalidRequestError, UnsupportedParameterError
+from ..errors import InvalidRequestError, TokenwireError, UnsupportedParameterError
 from ..metrics import Metrics
 from ..protocol.chat import (
     ChatChoice,
@@ -40,8 +40,11 @@ from .checks import check_generation_request
 from .documents import DocumentService
 from .generation import (
     ChoiceResult,
+    Choices,
     ChoiceUpdate,
     RunningUsage,
+    Stream,
+    Totals,
     migration_warnings,
     run_choices,
     wire_spans,
@@ -101,10 +104,10 @@ class ChatPlan(Plan):
     """Where the model reasons: its format, and whether the prompt leaves it inside its
     reasoning (serving/reasoning.py)."""
 
-    def usage(self, completion: int, cached: int | None, reasoning: int) -> Usage:
+    def usage(self, t: Totals) -> Usage:
         """The response's usage (`reasoning_tokens` where the model's reasoning is split)."""
-        return Usage.of(len(self.prompt), completion, cached,
-                        reasoning if self.reasoning is not None else None)
+        return Usage.of(len(self.prompt), t.sampled, t.cached.get(0),
+                        t.reasoning if self.reasoning is not None else None)
 
     def envelope(self) -> dict[str, Any]:
         env = super().envelope()
@@ -403,12 +406,11 @@ class ChatService(GenerationService):
                      warnings=warnings or None,
                      logprobs_mode=model.engine.info.logprobs_mode if req.logprobs else None)
 
-    async def updates(self, plan: ChatPlan) -> AsyncGenerator[ChoiceUpdate, None]:
+    async def updates(self, plan: ChatPlan) -> Choices:
         """Admit a plan's choices; their updates (what the Responses API renders instead)."""
         return await self._start(plan)
 
-    async def _start(self, plan: ChatPlan, *, whole: bool = False,
-                     ) -> AsyncGenerator[ChoiceUpdate, None]:
+    async def _start(self, plan: ChatPlan, *, whole: bool = False) -> Choices:
         req = plan.req
         params = choice_params(
             n=req.n, max_tokens=plan.budget, temperature=req.temperature, top_p=req.top_p,
@@ -527,9 +529,7 @@ class ChatService(GenerationService):
                      caller: Caller = ANONYMOUS) -> ChatCompletion:
         plan = await self._planned(req, caller)
         acc = await self._whole(lambda: self._start(plan, whole=True), plan.req.n)
-        completion = self._completion(plan, acc, self._served(plan, plan.usage(
-            sum(a.n_sampled for a in acc), acc[0].cached_tokens,
-            sum(a.reasoning_tokens or 0 for a in acc))))
+        completion = self._completion(plan, acc, self._count(plan, Totals.of(acc)))
         if req.store:
             await self._keep(plan, req, completion, acc, caller)
         return completion
@@ -586,63 +586,30 @@ class ChatService(GenerationService):
         )
 
     async def stream(self, req: ChatCompletionRequest,
-                     caller: Caller = ANONYMOUS) -> AsyncIterator[ChatCompletionChunk]:
+                     caller: Caller = ANONYMOUS) -> Stream[ChatCompletionChunk]:
         plan = await self._planned(req, caller)
-        updates = await self._start(plan)
-        return self._chunks(plan, updates, (req, caller) if req.store else None)
+        choices = await self._start(plan)
 
-    async def _chunks(self, plan: ChatPlan, updates: AsyncIterator[ChoiceUpdate],
-                      keep: tuple[ChatCompletionRequest, Caller] | None = None,
-                      ) -> AsyncIterator[ChatCompletionChunk]:
-        """The stream: each choice's role chunk, a chunk per update that shows something, each
-        choice's finishing chunk, then usage. `keep`: the request as sent and its caller, to
-        store the whole response (as the same request unstreamed would have had it) before
-        any choice is told it is done."""
-        chunks = _ChunkMaker(plan)
-        whole = [ChoiceResult() for _ in range(plan.req.n)] if keep is not None else None
-        held: list[ChatCompletionChunk] = []  # with `keep`: each choice's finishing chunk
-        completion = reasoning = 0
-        cached: int | None = None
-        try:
-            for chunk in chunks.roles():
-                yield chunk
-            async for u in updates:
-                if whole is not None:
-                    whole[u.index].add(u)
-                shown = chunks.delta(u)
-                if shown is not None:
-                    yield shown
-                if u.finish_reason is not None:
-                    completion += u.n_sampled
-                    reasoning += u.reasoning_tokens or 0
-                    if u.index == 0:
-                        cached = u.cached_tokens
-                    last = chunks.finish(u)
-                    if keep is None:
-                        yield last
-                    else:
-                        held.append(last)
-        finally:
-            aclose = getattr(updates, "aclose", None)
-            if aclose is not None:
-                await aclose()
-            usage = self._served(plan, plan.usage(completion, cached, reasoning))
-        if keep is not None and whole is not None:
-            sent, caller = keep
-            await self._keep(plan, sent, self._completion(plan, whole, usage), whole, caller)
-            for chunk in held:
-                yield chunk
-        if plan.req.stream_options is not None and plan.req.stream_options.include_usage:
-            yield ChatCompletionChunk(**chunks.env, choices=[], usage=usage)
+        async def keep(whole: list[ChoiceResult], usage: Usage) -> None:
+            await self._keep(plan, req, self._completion(plan, whole, usage), whole, caller)
+
+        return self._stream(plan, _Chunks(plan, keep if req.store else None), choices)
 
 
-class _ChunkMaker:
-    """The chunks of one streamed chat response, a choice at a time: what each update shows
-    (text, tool-call pieces, ids in the client's version, logprobs, running usage)."""
+class _Chunks:
+    """The chunks of one streamed chat response (a `Family`): each choice's role chunk, a
+    chunk per update that shows something (text, tool-call pieces, ids in the client's
+    version, logprobs, running usage), each choice's finishing chunk, then usage. `keep`:
+    stores the whole response (as the same request unstreamed would have had it) before
+    any choice is told it is done."""
 
-    def __init__(self, plan: ChatPlan):
+    def __init__(self, plan: ChatPlan,
+                 keep: Callable[[list[ChoiceResult], Usage], Awaitable[None]] | None = None):
         req = plan.req
         self._plan = plan
+        self._keep = keep
+        self._whole = [ChoiceResult() for _ in range(req.n)] if keep is not None else []
+        self._held: list[ChatCompletionChunk] = []  # with `keep`: each choice's finishing chunk
         self.env = plan.envelope()
         self._only = req.response_format_tokens == "only"
         # with ids on, every delta carries token_ids (maybe []): uniform to parse
@@ -651,7 +618,29 @@ class _ChunkMaker:
         self._outs = [plan.out_stream() for _ in range(req.n)]
         self._running = RunningUsage([len(plan.prompt)] * req.n, req.stream_options)
 
-    def roles(self) -> list[ChatCompletionChunk]:
+    def update(self, u: ChoiceUpdate) -> list[ChatCompletionChunk]:
+        if self._keep is not None:
+            self._whole[u.index].add(u)
+        shown = self.delta(u)
+        out = [shown] if shown is not None else []
+        if u.finish_reason is not None:
+            (out if self._keep is None else self._held).append(self.finish(u))
+        return out
+
+    async def close(self, usage: Usage) -> list[ChatCompletionChunk]:
+        out = []
+        if self._keep is not None:
+            await self._keep(self._whole, usage)
+            out += self._held
+        opts = self._plan.req.stream_options
+        if opts is not None and opts.include_usage:
+            out.append(ChatCompletionChunk(**self.env, choices=[], usage=usage))
+        return out
+
+    def fail(self, exc: TokenwireError) -> None:
+        return None
+
+    def start(self) -> list[ChatCompletionChunk]:
         """Each choice's first chunk: the role (and `echo`'s text); the first also carries
         the prompt's ids and the request's warnings."""
         plan, req = self._plan, self._plan.req

@@ -7,16 +7,12 @@ order). `echo` prefixes each choice with its prompt, and with `logprobs` scores 
 
 from __future__ import annotations
 
-import contextlib
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..engines.base import TokenEvent
-from ..errors import (
-    InvalidRequestError,
-    UnsupportedParameterError,
-)
+from ..errors import InvalidRequestError, TokenwireError, UnsupportedParameterError
 from ..protocol.common import Usage, WeightVersionSpan
 from ..protocol.completions import (
     Completion,
@@ -28,8 +24,11 @@ from ..protocol.completions import (
 from ..tokenizers.conversions import conversion_reason
 from .checks import check_generation_request
 from .generation import (
+    Choices,
     ChoiceUpdate,
     RunningUsage,
+    Stream,
+    Totals,
     migration_warnings,
     run_choices,
     wire_spans,
@@ -77,13 +76,17 @@ class _Plan(Plan):
         with conversion_reason("echo"):
             return self.model.tokenizer.decode(self.prompt_of(choice))
 
-    def usage(self, completion: int, cached: dict[int, int | None]) -> Usage:
-        """`cached`: by choice index, what the prefix cache served; each prompt counts its
-        first choice's (the others run the same prompt)."""
+    def usage(self, t: Totals) -> Usage:
+        """Each prompt counts what the prefix cache served its first choice (the others run
+        the same prompt)."""
         prompt = sum(len(p) for p in self.prompts)
-        firsts = [cached.get(i * self.req.n) for i in range(len(self.prompts))]
+        firsts = [t.cached.get(i * self.req.n) for i in range(len(self.prompts))]
         known = None if any(c is None for c in firsts) else sum(c or 0 for c in firsts)
-        return Usage.of(prompt, completion, known)
+        return Usage.of(prompt, t.sampled, known)
+
+    def prompt_events(self, choice: int, scored: tuple[TokenEvent, ...]) -> list[TokenEvent]:
+        """An echoed prompt's logprob events: its first id unscored, then the engine's."""
+        return [TokenEvent(self.prompt_of(choice)[0]), *scored]
 
 
 class CompletionService(GenerationService):
@@ -145,8 +148,7 @@ class CompletionService(GenerationService):
                      logprobs_mode=model.engine.info.logprobs_mode
                      if req.logprobs is not None else None)
 
-    async def _start(self, plan: _Plan, *, whole: bool = False,
-                     ) -> AsyncGenerator[ChoiceUpdate, None]:
+    async def _start(self, plan: _Plan, *, whole: bool = False) -> Choices:
         req = plan.req
         score = req.logprobs if req.echo else None
         jobs = []
@@ -176,11 +178,6 @@ class CompletionService(GenerationService):
                                  skip_special=bool(req.skip_special_tokens),
                                  min_tokens=req.min_tokens, whole=whole)
 
-    def _prompt_events(self, plan: _Plan, choice: int,
-                       scored: tuple[TokenEvent, ...]) -> list[TokenEvent]:
-        prompt = plan.prompt_of(choice)
-        return [TokenEvent(prompt[0]), *scored]
-
     async def create(self, req: CompletionRequest, caller: Caller = ANONYMOUS) -> Completion:
         plan = await self._prepare(self.plan, req, caller)
         acc = await self._whole(lambda: self._start(plan, whole=True), len(plan.prompts) * req.n)
@@ -193,7 +190,7 @@ class CompletionService(GenerationService):
                 lp = LegacyLogprobs(tok, plan.logprob_ids())
                 events = a.events
                 if req.echo:
-                    events = [*self._prompt_events(plan, c, a.prompt_logprobs), *events]
+                    events = [*plan.prompt_events(c, a.prompt_logprobs), *events]
                 logprobs = lp.take(events)
             choices.append(CompletionChoice(
                 text=plan.echo_text(c) + text, index=c, logprobs=logprobs,
@@ -204,83 +201,84 @@ class CompletionService(GenerationService):
                 stop_reason=plan.stop_reason(a.stop_reason) if req.return_token_ids else None,
                 weight_versions=wire_spans(a.weight_versions),
             ))
-        usage = plan.usage(sum(a.n_sampled for a in acc),
-                           {i: a.cached_tokens for i, a in enumerate(acc)})
-        return Completion(**plan.envelope(), choices=choices, usage=self._served(plan, usage),
+        return Completion(**plan.envelope(), choices=choices,
+                          usage=self._count(plan, Totals.of(acc)),
                           warnings=migration_warnings(plan.warnings,
                                                       *(a.migrations for a in acc)))
 
     async def stream(self, req: CompletionRequest, caller: Caller = ANONYMOUS,
-                     ) -> AsyncIterator[CompletionChunk]:
+                     ) -> Stream[CompletionChunk]:
         plan = await self._prepare(self.plan, req, caller)
-        updates = await self._start(plan)
-        return self._chunks(plan, updates)
+        return self._stream(plan, _Chunks(plan), await self._start(plan))
 
-    async def _chunks(self, plan: _Plan, updates: AsyncGenerator[ChoiceUpdate, None],
-                      ) -> AsyncIterator[CompletionChunk]:
-        req = plan.req
-        env = plan.envelope()
-        tok = plan.model.tokenizer
-        n_choices = len(plan.prompts) * req.n
-        lps = [LegacyLogprobs(tok, plan.logprob_ids()) for _ in range(n_choices)]
-        outs = [plan.out_stream() for _ in range(n_choices)]
-        ids_on = req.return_token_ids
 
-        warned = [False]  # the warnings ride on the stream's first chunk, whichever it is
-        running = RunningUsage([len(plan.prompt_of(c)) for c in range(n_choices)],
-                               req.stream_options)
+class _Chunks:
+    """The chunks of one streamed completion (a `Family`): the echo (and the prompt's ids)
+    first, scored echoes once their logprobs come; a chunk per update; each choice's
+    finishing chunk; then usage."""
 
-        def chunk(c: int, text: str, *, logprobs: CompletionLogprobs | None = None,
-                  ids: list[int] | None = None, first: bool = False,
-                  finish: str | None = None, stop_reason: int | str | None = None,
-                  moves: Sequence[str] = (),
-                  spans: list[WeightVersionSpan] | None = None) -> CompletionChunk:
-            warnings, warned[0] = (None if warned[0] else plan.warnings), True
-            warnings = migration_warnings(warnings, moves)
-            return CompletionChunk(**env, warnings=warnings,
-                                   usage=running.of(c),
-                                   choices=[CompletionChoice(
-                text=text, index=c, logprobs=logprobs,
-                finish_reason=finish,
+    def __init__(self, plan: _Plan):
+        req = self._req = plan.req
+        self._plan = plan
+        self._env = plan.envelope()
+        n = len(plan.prompts) * req.n
+        self._lps = [LegacyLogprobs(plan.model.tokenizer, plan.logprob_ids()) for _ in range(n)]
+        self._outs = [plan.out_stream() for _ in range(n)]
+        self._ids_on = req.return_token_ids
+        self._warned = False  # the warnings ride on the stream's first chunk, whichever it is
+        self._running = RunningUsage([len(plan.prompt_of(c)) for c in range(n)],
+                                     req.stream_options)
+        self._scored_echo = req.echo and req.logprobs is not None
+
+    def _chunk(self, c: int, text: str, *, logprobs: CompletionLogprobs | None = None,
+               ids: list[int] | None = None, first: bool = False,
+               finish: str | None = None, stop_reason: int | str | None = None,
+               moves: Sequence[str] = (),
+               spans: list[WeightVersionSpan] | None = None) -> CompletionChunk:
+        plan, ids_on = self._plan, self._ids_on
+        warnings, self._warned = (None if self._warned else plan.warnings), True
+        return CompletionChunk(
+            **self._env, warnings=migration_warnings(warnings, moves),
+            usage=self._running.of(c), choices=[CompletionChoice(
+                text=text, index=c, logprobs=logprobs, finish_reason=finish,
                 token_ids=ids if ids_on else None,
                 prompt_token_ids=plan.prompt_of(c) if ids_on and first
                 and not plan.space.translate else None,
-                stop_reason=stop_reason if ids_on else None,
-                weight_versions=spans,
-            )])
+                stop_reason=stop_reason if ids_on else None, weight_versions=spans)])
 
-        # the echo (and the prompt's ids) go first; scored echoes wait for their logprobs
-        scored_echo = req.echo and req.logprobs is not None
-        completion = 0
-        cached: dict[int, int | None] = {}
-        try:
-            async with contextlib.aclosing(updates):
-                if (req.echo and not scored_echo) or ids_on:
-                    for c in range(n_choices):
-                        yield chunk(c, plan.echo_text(c) if not scored_echo else "", ids=[],
-                                    first=True)
-                async for u in updates:
-                    c = u.index
-                    running.add(u)
-                    if u.prompt_logprobs is not None and scored_echo:
-                        events = self._prompt_events(plan, c, u.prompt_logprobs)
-                        yield chunk(c, plan.echo_text(c), logprobs=lps[c].take(events), ids=[])
-                    if u.delta:
-                        yield chunk(c, u.delta.text,
-                                    ids=outs[c].push(u.delta.ids),
-                                    logprobs=lps[c].take(u.delta.events)
-                                    if req.logprobs is not None else None,
-                                    spans=None if u.finish_reason is not None
-                                    else wire_spans(u.weight_versions))
-                    if u.finish_reason is not None:
-                        completion += u.n_sampled
-                        cached[u.index] = u.cached_tokens
-                        # ids a translation held back (their text has gone out already)
-                        yield chunk(c, "", ids=outs[c].finish(), finish=u.finish_reason,
-                                    stop_reason=plan.stop_reason(u.stop_reason),
-                                    moves=u.migrations,
-                                    spans=wire_spans(u.weight_versions))
-        finally:
-            usage = self._served(plan, plan.usage(completion, cached))
-        if req.stream_options is not None and req.stream_options.include_usage:
-            yield CompletionChunk(**env, choices=[], usage=usage)
+    def start(self) -> list[CompletionChunk]:
+        req, plan = self._req, self._plan
+        if not ((req.echo and not self._scored_echo) or self._ids_on):
+            return []
+        return [self._chunk(c, plan.echo_text(c) if not self._scored_echo else "", ids=[],
+                            first=True) for c in range(len(self._outs))]
+
+    def update(self, u: ChoiceUpdate) -> list[CompletionChunk]:
+        c, plan = u.index, self._plan
+        self._running.add(u)
+        out = []
+        if u.prompt_logprobs is not None and self._scored_echo:
+            events = plan.prompt_events(c, u.prompt_logprobs)
+            out.append(self._chunk(c, plan.echo_text(c), logprobs=self._lps[c].take(events),
+                                   ids=[]))
+        if u.delta:
+            out.append(self._chunk(
+                c, u.delta.text, ids=self._outs[c].push(u.delta.ids),
+                logprobs=self._lps[c].take(u.delta.events)
+                if self._req.logprobs is not None else None,
+                spans=None if u.finish_reason is not None else wire_spans(u.weight_versions)))
+        if u.finish_reason is not None:
+            # ids a translation held back (their text has gone out already)
+            out.append(self._chunk(c, "", ids=self._outs[c].finish(), finish=u.finish_reason,
+                                   stop_reason=plan.stop_reason(u.stop_reason),
+                                   moves=u.migrations, spans=wire_spans(u.weight_versions)))
+        return out
+
+    async def close(self, usage: Usage) -> list[CompletionChunk]:
+        opts = self._req.stream_options
+        if opts is not None and opts.include_usage:
+            return [CompletionChunk(**self._env, choices=[], usage=usage)]
+        return []
+
+    def fail(self, exc: TokenwireError) -> None:
+        return None

@@ -13,14 +13,10 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
 
 from ..engines.base import Grammar, TokenEvent, WeightSpan
-from ..errors import (
-    InvalidRequestError,
-    UnsupportedParameterError,
-)
+from ..errors import InvalidRequestError, TokenwireError, UnsupportedParameterError
 from ..protocol.common import Usage
 from ..protocol.generate import (
     GenerateChoice,
@@ -33,7 +29,16 @@ from ..protocol.generate import (
     StructuredOutputs,
 )
 from . import structured
-from .generation import ChoiceUpdate, RunningUsage, migration_warnings, run_choices, wire_spans
+from .generation import (
+    Choices,
+    ChoiceUpdate,
+    RunningUsage,
+    Stream,
+    Totals,
+    migration_warnings,
+    run_choices,
+    wire_spans,
+)
 from .logprobs import MISSING_LOGPROB, prompt_logprob_rows
 from .models import ServedModel
 from .plan import (
@@ -127,6 +132,10 @@ class _Plan(Plan):
     def prompt(self) -> list[int]:
         return self.req.token_ids
 
+    def usage(self, t: Totals) -> Usage:
+        """vLLM's usage, with `prompt_tokens_details.cached_tokens` where the engine says."""
+        return Usage.of(len(self.prompt), t.sampled, t.cached.get(0))
+
 
 class GenerateService(GenerationService):
     def plan(self, req: GenerateRequest, caller: Caller = ANONYMOUS) -> _Plan:
@@ -168,8 +177,7 @@ class GenerateService(GenerationService):
                      id=f"generate-tokens-{req.request_id or uuid.uuid4().hex}",
                      warnings=warnings or None)
 
-    async def _start(self, plan: _Plan, *, whole: bool = False,
-                     ) -> AsyncGenerator[ChoiceUpdate, None]:
+    async def _start(self, plan: _Plan, *, whole: bool = False) -> Choices:
         sp = plan.req.sampling_params
         # vLLM's rule: more tokens asked than the context leaves end in "length", not a 400
         # (RL loops send a fixed max_tokens with prompts that grow turn by turn)
@@ -226,15 +234,10 @@ class GenerateService(GenerationService):
         return {"warnings": plan.warnings,
                 "prompt_token_ids": plan.prompt if plan.req.return_token_ids else None}
 
-    def _usage(self, plan: _Plan, completion: int, cached: int | None) -> Usage:
-        """vLLM's usage, with `prompt_tokens_details.cached_tokens` where the engine says."""
-        return Usage.of(len(plan.prompt), completion, cached)
-
     async def create(self, req: GenerateRequest, caller: Caller = ANONYMOUS) -> GenerateResponse:
         plan = await self._prepare(self.plan, req, caller)
         acc = await self._whole(lambda: self._start(plan, whole=True), req.sampling_params.n)
-        usage = self._served(plan, self._usage(plan, sum(a.n_sampled for a in acc),
-                                               acc[0].cached_tokens))
+        usage = self._count(plan, Totals.of(acc))
         choices = [self._choice(plan, i, a.ids, a.events, a.finish_reason, a.stop_reason,
                                 a.stop_event, a.weight_versions, a.routed_experts)
                    for i, a in enumerate(acc)]
@@ -252,39 +255,45 @@ class GenerateService(GenerationService):
             choices=choices)
 
     async def stream(self, req: GenerateRequest, caller: Caller = ANONYMOUS,
-                     ) -> AsyncIterator[GenerateStreamResponse]:
+                     ) -> Stream[GenerateStreamResponse]:
         plan = await self._prepare(self.plan, req, caller)
-        updates = await self._start(plan)
-        return self._events(plan, updates)
+        return self._stream(plan, _Events(self, plan), await self._start(plan))
 
-    async def _events(self, plan: _Plan, updates: AsyncGenerator[ChoiceUpdate, None],
-                      ) -> AsyncIterator[GenerateStreamResponse]:
-        env = self._envelope(plan)
-        first = self._first(plan)
-        completion = 0
-        cached: int | None = None
-        running = RunningUsage([len(plan.prompt)] * plan.req.sampling_params.n,
-                               plan.req.stream_options)
-        try:
-            async for u in updates:
-                if not u.delta and u.finish_reason is None:
-                    continue  # prompt logprobs (not streamed, as in vLLM) or an empty step
-                completion += u.n_sampled
-                if u.index == 0 and u.finish_reason is not None:
-                    cached = u.cached_tokens
-                choice = self._choice(plan, u.index, u.delta.ids, u.delta.events,
-                                      u.finish_reason, u.stop_reason, u.stop_event,
-                                      u.weight_versions, u.routed_experts)
-                running.add(u)
-                if u.migrations:  # on the finishing event (after the first one's, if it is that)
-                    first = {**first, "warnings": migration_warnings(
-                        plan.warnings if first else None, u.migrations)}
-                yield GenerateStreamResponse(**env, **first, choices=[choice],
-                                             usage=running.of(u.index))
-                first = {}
-        finally:
-            await updates.aclose()
-            usage = self._served(plan, self._usage(plan, completion, cached))
-        opts = plan.req.stream_options
+
+class _Events:
+    """vLLM's stream (a `Family`): one event per choice and step, then usage."""
+
+    def __init__(self, service: GenerateService, plan: _Plan):
+        self._service = service
+        self._plan = plan
+        self._env = service._envelope(plan)
+        self._first = service._first(plan)  # until the first event goes out
+        self._running = RunningUsage([len(plan.prompt)] * plan.req.sampling_params.n,
+                                     plan.req.stream_options)
+
+    def start(self) -> list[GenerateStreamResponse]:
+        return []
+
+    def update(self, u: ChoiceUpdate) -> list[GenerateStreamResponse]:
+        if not u.delta and u.finish_reason is None:
+            return []  # prompt logprobs (not streamed, as in vLLM) or an empty step
+        plan, first = self._plan, self._first
+        choice = self._service._choice(plan, u.index, u.delta.ids, u.delta.events,
+                                       u.finish_reason, u.stop_reason, u.stop_event,
+                                       u.weight_versions, u.routed_experts)
+        self._running.add(u)
+        if u.migrations:  # on the finishing event (after the first one's, if it is that)
+            first = {**first, "warnings": migration_warnings(
+                plan.warnings if first else None, u.migrations)}
+        self._first = {}
+        return [GenerateStreamResponse(**self._env, **first, choices=[choice],
+                                       usage=self._running.of(u.index))]
+
+    async def close(self, usage: Usage) -> list[GenerateStreamResponse]:
+        opts = self._plan.req.stream_options
         if opts is not None and opts.include_usage:
-            yield GenerateStreamResponse(**env, choices=[], usage=usage)
+            return [GenerateStreamResponse(**self._env, choices=[], usage=usage)]
+        return []
+
+    def fail(self, exc: TokenwireError) -> None:
+        return None

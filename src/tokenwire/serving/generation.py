@@ -1,8 +1,15 @@
-"""Run the `n` choices of one request on an engine and merge their updates into one stream.
+"""A request's choices, from the engine's events to its API's events: the per-token path.
 
-Every choice is admitted by the engine before anything is yielded, so a full queue is a clean
-429 before the response starts. Leaving the iterator early (client gone, error) closes every
-engine stream, which cancels the sequences and frees their slots.
+`run_choices` admits the `n` choices of a request (every one before anything is yielded, so a
+full queue is a clean 429 before the response starts) and returns their `Choices`: each
+engine event decoded into a `ChoiceUpdate` (`_updates`: text, stop strings, reasoning split,
+weight spans). A stream's `Stream` turns the updates into its API family's events (`Family`:
+chat's chunks, Responses' and Messages' typed events, ...), counts usage once, and says
+whether the next event is at hand (`more`) for the SSE writer (server/sse.py) to write
+frames that came together in one send. docs/hot-path.md draws the whole path.
+
+Leaving early (client gone, error) closes every engine stream, which cancels the sequences
+and frees their slots.
 """
 
 from __future__ import annotations
@@ -10,9 +17,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import logging
 from collections.abc import AsyncGenerator, Callable, Sequence
-from contextvars import ContextVar
 from dataclasses import dataclass, field
+from typing import Generic, Protocol, TypeVar
 
 from ..engines.base import (
     Engine,
@@ -23,7 +31,7 @@ from ..engines.base import (
     TokenEvent,
     WeightSpan,
 )
-from ..errors import InvalidRequestError, ServiceUnavailableError
+from ..errors import InvalidRequestError, ServiceUnavailableError, TokenwireError
 from ..metrics import TokenClock, TokenTimer
 from ..protocol.common import ResponseWarning, StreamOptions, Usage, WeightVersionSpan
 from ..protocol.generate import GenerateStreamOptions
@@ -32,8 +40,11 @@ from ..tokenizers.conversions import Reason
 from .output import Delta, OutputDecoder
 from .reasoning import Part, ReasoningFormat, ReasoningStream
 
-__all__ = ["FLOW", "ChoiceResult", "ChoiceUpdate", "Flow", "RunningUsage", "collect",
-           "migration_warnings", "run_choices", "wire_spans"]
+__all__ = ["ChoiceResult", "ChoiceUpdate", "Choices", "Family", "RunningUsage", "Stream",
+           "Totals", "collect", "migration_warnings", "run_choices", "wire_spans"]
+
+log = logging.getLogger(__name__)
+E = TypeVar("E")
 
 
 @dataclass
@@ -143,7 +154,7 @@ class RunningUsage:
         return Usage.of(self._prompts[index], self._sampled[index])
 
 
-async def collect(updates: AsyncGenerator[ChoiceUpdate, None], n: int) -> list[ChoiceResult]:
+async def collect(updates: Choices, n: int) -> list[ChoiceResult]:
     results = [ChoiceResult() for _ in range(n)]
     async with contextlib.aclosing(updates):
         async for u in updates:
@@ -154,19 +165,45 @@ async def collect(updates: AsyncGenerator[ChoiceUpdate, None], n: int) -> list[C
 OutputCheck = Callable[[str], object | None]
 
 
-class Flow:
-    """Whether the update just yielded has another behind it at hand (`more`): the engine
-    already holds the next event, as when an upstream's events arrive together. The response
-    then holds the frame and writes the frames together (server/sse.py)."""
+class Choices:
+    """The updates of a request's choices as they come (one choice: read where it is
+    consumed, no task, no queue). `more`: the update just yielded has another behind it at
+    hand (the engine holds the next event already, as when an upstream's events arrive
+    together)."""
 
-    __slots__ = ("more",)
+    __slots__ = ("_updates", "more")
 
     def __init__(self) -> None:
         self.more = False
+        self._updates: AsyncGenerator[ChoiceUpdate, None]
+
+    def __aiter__(self) -> AsyncGenerator[ChoiceUpdate, None]:
+        return self._updates
+
+    async def aclose(self) -> None:
+        await self._updates.aclose()
 
 
-FLOW: ContextVar[Flow | None] = ContextVar("tokenwire_flow", default=None)
-"""The `Flow` of the response being made (set by the route, read where its choices run)."""
+@dataclass
+class Totals:
+    """What a response's usage counts of its choices: those that finished."""
+
+    sampled: int = 0
+    reasoning: int = 0
+    cached: dict[int, int | None] = field(default_factory=dict)
+    """By choice index: the prompt tokens its engine's prefix cache served (None: unknown)."""
+
+    def add(self, u: ChoiceUpdate | ChoiceResult, index: int) -> None:
+        self.sampled += u.n_sampled
+        self.reasoning += u.reasoning_tokens or 0
+        self.cached[index] = u.cached_tokens
+
+    @classmethod
+    def of(cls, results: Sequence[ChoiceResult]) -> Totals:
+        t = cls()
+        for i, r in enumerate(results):
+            t.add(r, i)
+        return t
 
 
 def _pieces(split: ReasoningStream | None, delta: Delta,
@@ -178,14 +215,12 @@ def _pieces(split: ReasoningStream | None, delta: Delta,
 
 async def _updates(index: int, stream: EventStream, decoder: OutputDecoder,
                    check: OutputCheck | None, clock: TokenClock | None,
-                   flow: Flow | None = None, split: ReasoningStream | None = None,
+                   flow: Choices | None = None, split: ReasoningStream | None = None,
                    ) -> AsyncGenerator[ChoiceUpdate, None]:
     """One choice's updates: its tokens decoded into deltas (split into reasoning and content
     by `split`, where the model reasons), then its finish. The stream is closed however this
-    ends. With a `flow`, each update says whether the stream holds the next event already (an
-    engine stream's optional `ready`)."""
-    if flow is not None and not hasattr(stream, "ready"):
-        flow = None
+    ends. With a `flow` (a choice read alone), each update says there whether the engine
+    stream holds the next event already (`EventStream.ready`)."""
     n_sampled = 0
     text = ""
     changes: list[tuple[str, int]] = []  # (weight version, first output index)
@@ -216,8 +251,7 @@ async def _updates(index: int, stream: EventStream, decoder: OutputDecoder,
                 pieces = _pieces(split, delta)
                 for k, (part, d) in enumerate(pieces):
                     if flow is not None:
-                        flow.more = k + 1 < len(pieces) \
-                            or stream.ready  # type: ignore[attr-defined]
+                        flow.more = k + 1 < len(pieces) or stream.ready
                     yield ChoiceUpdate(index, d, weight_versions=_spans(
                         changes, n_sampled) if changed else None, part=part)
                     changed = False
@@ -287,7 +321,7 @@ async def run_choices(engine: Engine, jobs: Sequence[tuple[Sequence[int], Sampli
                       include_stop: bool = False, skip_special: bool = False,
                       min_tokens: int = 0, text: Reason | None = "output",
                       whole: bool = False, reasoning: tuple[ReasoningFormat, bool] | None = None,
-                      ) -> AsyncGenerator[ChoiceUpdate, None]:
+                      ) -> Choices:
     """One choice per (prompt, params) job; updates carry the job's index. With a `timer`,
     each choice's tokens are timed from now (admission and queueing included). `text`: why
     the output's text is read, None where nobody reads it (`OutputDecoder`); an
@@ -299,8 +333,7 @@ async def run_choices(engine: Engine, jobs: Sequence[tuple[Sequence[int], Sampli
     (`ChoiceUpdate.part`)."""
     if output_check is not None and text is None:
         text = "policy"
-    whole = whole and not stop and output_check is None and getattr(engine, "answers_whole",
-                                                                    False)
+    whole = whole and not stop and output_check is None and engine.info.answers_whole
     if whole:
         jobs = [(prompt, dataclasses.replace(p, whole=True)) for prompt, p in jobs]
     # a whole answer's tokens come together: no inter-token latency to observe
@@ -337,15 +370,18 @@ async def run_choices(engine: Engine, jobs: Sequence[tuple[Sequence[int], Sampli
 
 def _merge(streams: list[EventStream], decoders: list[OutputDecoder],
            check: OutputCheck | None, clocks: list[TokenClock | None],
-           splits: list[ReasoningStream | None]) -> AsyncGenerator[ChoiceUpdate, None]:
-    flow = FLOW.get()
+           splits: list[ReasoningStream | None]) -> Choices:
+    out = Choices()
     if len(streams) == 1:  # the common case: read where it is consumed, no task, no queue
-        return _updates(0, streams[0], decoders[0], check, clocks[0], flow, splits[0])
-    return _merged([_updates(i, s, d, check, c, split=r) for i, (s, d, c, r) in enumerate(
-        zip(streams, decoders, clocks, splits, strict=True))], flow)
+        out._updates = _updates(0, streams[0], decoders[0], check, clocks[0], out, splits[0])
+    else:
+        out._updates = _merged([_updates(i, s, d, check, c, split=r) for i, (s, d, c, r) in
+                                enumerate(zip(streams, decoders, clocks, splits, strict=True))],
+                               out)
+    return out
 
 
-async def _merged(choices: list[AsyncGenerator[ChoiceUpdate, None]], flow: Flow | None,
+async def _merged(choices: list[AsyncGenerator[ChoiceUpdate, None]], flow: Choices,
                   ) -> AsyncGenerator[ChoiceUpdate, None]:
     """Several choices' updates as they come, each choice read by a task of its own."""
     queue: asyncio.Queue[ChoiceUpdate | BaseException] = asyncio.Queue()
@@ -358,14 +394,87 @@ async def _merged(choices: list[AsyncGenerator[ChoiceUpdate, None]], flow: Flow 
                 raise item
             if item.finish_reason is not None:
                 remaining -= 1
-            if flow is not None:
-                flow.more = not queue.empty()
+            flow.more = not queue.empty()
             yield item
     finally:
         for t in tasks:
             t.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.gather(*tasks, return_exceptions=True)
+
+
+class Family(Protocol[E]):
+    """What an API family supplies to a stream: its events. Everything else (reading the
+    choices, usage, closing, in-band failure) is `Stream`'s, once for every family."""
+
+    def start(self) -> list[E]:
+        """The events before any update (chat's role chunks, Responses' `response.created`)."""
+        ...
+
+    def update(self, u: ChoiceUpdate) -> list[E]:
+        """An update's events (none: it shows nothing yet); a family may hold some back."""
+        ...
+
+    async def close(self, usage: Usage) -> list[E]:
+        """After every choice finished (`usage` counted): the last events, and what was held
+        back until the response was stored."""
+        ...
+
+    def fail(self, exc: TokenwireError) -> list[E] | None:
+        """A failure mid-stream in the family's own shape; None: the SSE writer frames it
+        (OpenAI's in-band `{"error": ...}`)."""
+        ...
+
+
+class Stream(Generic[E]):
+    """One streamed response: its choices' updates made into its family's events. `more`:
+    the event just yielded has another at hand (server/sse.py writes them in one send)."""
+
+    __slots__ = ("_events", "more")
+
+    def __init__(self, family: Family[E], choices: Choices, count: Callable[[Totals], Usage]):
+        """`count`: the response's usage from its finished choices, counted once (in the
+        metrics), also when the stream is cut short."""
+        self.more = False
+        self._events = self._run(family, choices, count)
+
+    def __aiter__(self) -> AsyncGenerator[E, None]:
+        return self._events
+
+    async def aclose(self) -> None:
+        await self._events.aclose()
+
+    async def _run(self, family: Family[E], choices: Choices,
+                   count: Callable[[Totals], Usage]) -> AsyncGenerator[E, None]:
+        totals = Totals()
+        events: list[E] = family.start()
+        failed: list[E] | None = None
+        try:
+            for k, ev in enumerate(events, 1):
+                self.more = k < len(events)
+                yield ev
+            async for u in choices:
+                if u.finish_reason is not None:
+                    totals.add(u, u.index)
+                events = family.update(u)
+                for k, ev in enumerate(events, 1):
+                    self.more = k < len(events) or choices.more
+                    yield ev
+        except Exception as exc:  # noqa: BLE001 - the family ends the stream in its shape
+            err = exc if isinstance(exc, TokenwireError) else TokenwireError(
+                f"the stream failed: {type(exc).__name__}", code="internal_error")
+            failed = family.fail(err)
+            if failed is None:
+                raise
+            if err is not exc:
+                log.exception("stream failed")
+        finally:
+            await choices.aclose()
+            usage = count(totals)
+        events = failed if failed is not None else await family.close(usage)
+        for k, ev in enumerate(events, 1):
+            self.more = k < len(events)
+            yield ev
 
 
 def _spans(changes: Sequence[tuple[str, int]], n: int) -> tuple[WeightSpan, ...]:

@@ -18,7 +18,6 @@ import uuid
 
 from ..engines.base import TokenEvent
 from ..errors import TokenwireError
-from ..protocol.common import Usage
 from ..protocol.responses import (
     ArgumentsDeltaEvent,
     ArgumentsDoneEvent,
@@ -122,9 +121,6 @@ class ItemAssembler:
         self.response.error = ResponseErrorInfo(code=body["code"], message=body["message"],
                                                 param=body["param"], type=body["type"])
         return [ResponseLifecycleEvent(type="response.failed", response=self._snapshot())]
-
-    def usage(self, u: ChoiceUpdate) -> Usage:
-        return self._plan.usage(u.n_sampled, u.cached_tokens, u.reasoning_tokens or 0)
 
     # -- items ----------------------------------------------------------------------------------
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncGenerator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, ParamSpec, TypeVar
 
@@ -19,7 +19,7 @@ from ..storage.base import owner_of
 from ..tokenizers.conversions import conversion_reason
 from ..tokenizers.registry import TokenizerRegistry
 from ..tokenizers.translate import Translator, translator
-from .generation import ChoiceResult, ChoiceUpdate, collect
+from .generation import ChoiceResult, Choices, Family, Stream, Totals, collect
 from .guard import Guard
 from .logprobs import IdMap
 from .models import ModelRegistry, ServedModel
@@ -32,6 +32,7 @@ log = logging.getLogger(__name__)
 
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
+_E = TypeVar("_E")
 
 
 @dataclass(frozen=True)
@@ -98,6 +99,10 @@ class Plan:
     logprobs_mode: str | None = None
     """What the response's logprobs are (vLLM's `--logprobs-mode` names), when it has any and
     the engine says."""
+
+    def usage(self, t: Totals) -> Usage:
+        """The response's usage, from its finished choices."""
+        raise NotImplementedError
 
     def out_ids(self, ids: list[int]) -> list[int]:
         """A whole choice's output ids in the client's version (translated when it is not the
@@ -209,17 +214,23 @@ class GenerationService:
         self._metrics.served(plan.model.id, plan.prompt_kind, usage)
         return usage
 
+    def _count(self, plan: Plan, t: Totals) -> Usage:
+        return self._served(plan, plan.usage(t))
+
+    def _stream(self, plan: Plan, family: Family[_E], choices: Choices) -> Stream[_E]:
+        """A streamed response: `family`'s events of the choices, its usage counted once."""
+        return Stream(family, choices, lambda t: self._count(plan, t))
+
     def _timer(self, plan: Plan) -> TokenTimer:
         return self._metrics.timer(plan.model.id)
 
-    async def _whole(self, start: Callable[[], Awaitable[AsyncGenerator[ChoiceUpdate, None]]],
+    async def _whole(self, start: Callable[[], Awaitable[Choices]],
                      n: int) -> list[ChoiceResult]:
         """Every choice of a response sent whole (see `run_whole`)."""
         return await run_whole(lambda: self._collect(start, n))
 
     @staticmethod
-    async def _collect(start: Callable[[], Awaitable[AsyncGenerator[ChoiceUpdate, None]]],
-                       n: int) -> list[ChoiceResult]:
+    async def _collect(start: Callable[[], Awaitable[Choices]], n: int) -> list[ChoiceResult]:
         return await collect(await start(), n)
 
     def _space(self, model: ServedModel, version: str | None, fallback: str,

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
-from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 from ...config import Settings
@@ -64,7 +62,7 @@ from ...protocol.responses import (
 from ...protocol.tokenize import TokenizeRequest
 from ...tokenizers.registry import TokenizerRegistry
 from ..chat import ChatPlan, ChatService
-from ..generation import ChoiceUpdate, wire_spans
+from ..generation import Choices, ChoiceUpdate, Stream, Totals, wire_spans
 from ..guard import Guard
 from ..items import ItemAssembler, new_id
 from ..models import ModelRegistry
@@ -80,9 +78,6 @@ from .input import (
 )
 
 __all__ = ["MessagesService", "error_body"]
-
-log = logging.getLogger(__name__)
-
 
 def error_body(exc: TokenwireError) -> AnthropicErrorBody:
     """Anthropic's error shape; tokenwire's code and param in `details` (the SDK's
@@ -108,7 +103,8 @@ def _input(item: OutputFunctionCall, index: int) -> tuple[dict[str, Any], Respon
 
 
 class _Blocks:
-    """The assembler's items as Anthropic's message and events."""
+    """The assembler's items as Anthropic's message and events (a `Family`); a failure
+    mid-stream ends it with Anthropic's `error` event."""
 
     def __init__(self, req: MessagesRequest, plan: ChatPlan):
         self._plan = plan
@@ -130,7 +126,7 @@ class _Blocks:
     def start(self) -> list[MessageEvent]:
         return [MessageStartEvent(message=self.message.model_copy(deep=True)), PingEvent()]
 
-    def push(self, u: ChoiceUpdate) -> list[MessageEvent]:
+    def update(self, u: ChoiceUpdate) -> list[MessageEvent]:
         out: list[MessageEvent] = []
         for ev in self.asm.push(u):
             out += self._event(ev)
@@ -197,8 +193,11 @@ class _Blocks:
                               cache_read_input_tokens=cached),
             weight_versions=m.weight_versions, warnings=warnings or None), MessageStopEvent()]
 
-    def usage(self, u: ChoiceUpdate) -> Usage:
-        return self.asm.usage(u)
+    async def close(self, usage: Usage) -> list[MessageEvent]:
+        return []
+
+    def fail(self, exc: TokenwireError) -> list[MessageEvent]:
+        return [error_body(exc)]
 
 
 def _signature(item: OutputReasoning) -> str:
@@ -243,7 +242,7 @@ class MessagesService(GenerationService):
             plan.warnings = [*(plan.warnings or []), is_error_warning(errors)]
         return plan, pm
 
-    async def _updates(self, plan: ChatPlan, pm: ParamMap) -> AsyncGenerator[ChoiceUpdate, None]:
+    async def _updates(self, plan: ChatPlan, pm: ParamMap) -> Choices:
         with pm.renaming():
             return await self._chat.updates(plan)
 
@@ -252,45 +251,21 @@ class MessagesService(GenerationService):
 
         async def run() -> Message:
             blocks = _Blocks(req, plan)
+            totals = Totals()
             updates = await self._updates(plan, pm)
             async with contextlib.aclosing(updates):
                 async for u in updates:
-                    blocks.push(u)
+                    blocks.update(u)
                     if u.finish_reason is not None:
-                        self._served(plan, blocks.usage(u))
+                        totals.add(u, u.index)
+            self._count(plan, totals)
             return blocks.message
 
         return await run_whole(run)
 
-    async def stream(self, req: MessagesRequest, caller: Caller) -> AsyncIterator[MessageEvent]:
+    async def stream(self, req: MessagesRequest, caller: Caller) -> Stream[MessageEvent]:
         plan, pm = await self._prepare(self.plan, req, caller)
-        updates = await self._updates(plan, pm)
-        return self._events(_Blocks(req, plan), plan, updates)
-
-    async def _events(self, blocks: _Blocks, plan: ChatPlan,
-                      updates: AsyncGenerator[ChoiceUpdate, None],
-                      ) -> AsyncIterator[MessageEvent]:
-        counted = False
-        try:
-            for ev in blocks.start():
-                yield ev
-            async for u in updates:
-                events = blocks.push(u)
-                if u.finish_reason is not None:
-                    self._served(plan, blocks.usage(u))
-                    counted = True
-                for ev in events:
-                    yield ev
-        except TokenwireError as exc:
-            yield error_body(exc)
-        except Exception as exc:  # noqa: BLE001 - the stream must end in Anthropic's shape
-            log.exception("stream failed")
-            yield error_body(TokenwireError(f"the stream failed: {type(exc).__name__}",
-                                            code="internal_error"))
-        finally:
-            await updates.aclose()
-            if not counted:  # cut short: its prompt still counts
-                self._served(plan, Usage.of(len(plan.prompt), 0))
+        return self._stream(plan, _Blocks(req, plan), await self._updates(plan, pm))
 
     def count_tokens(self, req: CountTokensRequest, caller: Caller) -> CountTokensResponse:
         """The prompt's length as /v1/messages would render it (its `usage.input_tokens`

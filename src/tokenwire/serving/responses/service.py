@@ -20,8 +20,7 @@ only this module has, so this is not left to the SSE layer).
 from __future__ import annotations
 
 import contextlib
-import logging
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ...config import Settings
@@ -44,7 +43,7 @@ from ...protocol.responses import (
 from ...storage import StoredResponse
 from ...tokenizers.registry import TokenizerRegistry
 from ..chat import ChatPlan, ChatService
-from ..generation import ChoiceUpdate
+from ..generation import Choices, ChoiceUpdate, Stream, Totals
 from ..guard import Guard
 from ..items import ItemAssembler, new_id
 from ..models import ModelRegistry
@@ -54,8 +53,6 @@ from .input import to_chat_request
 from .stored import StoredResponses, continue_from, previous_turn
 
 __all__ = ["ResponsesService"]
-
-log = logging.getLogger(__name__)
 
 
 def _dump(value: Any) -> Any:
@@ -148,7 +145,7 @@ class ResponsesService(GenerationService):
         plan, pm, req = await self._prepare(self.plan, req, caller, previous)
         return plan, pm, req, store
 
-    async def _updates(self, plan: ChatPlan, pm: ParamMap) -> AsyncGenerator[ChoiceUpdate, None]:
+    async def _updates(self, plan: ChatPlan, pm: ParamMap) -> Choices:
         with pm.renaming():
             return await self._chat.updates(plan)
 
@@ -162,13 +159,15 @@ class ResponsesService(GenerationService):
         async def run() -> tuple[Response, list[int]]:
             asm = self._assembler(req, plan, store)
             sampled: list[int] = []  # the model's own ids, whatever the response shows
+            totals = Totals()
             updates = await self._updates(plan, pm)
             async with contextlib.aclosing(updates):
                 async for u in updates:
                     asm.push(u)
                     sampled += u.delta.ids
                     if u.finish_reason is not None:
-                        self._served(plan, asm.usage(u))
+                        totals.add(u, u.index)
+            self._count(plan, totals)
             return asm.response, sampled
 
         response, sampled = await run_whole(run)
@@ -178,61 +177,57 @@ class ResponsesService(GenerationService):
         return response
 
     async def stream(self, req: ResponsesRequest,
-                     caller: Caller = ANONYMOUS) -> AsyncIterator[ResponseEvent]:
+                     caller: Caller = ANONYMOUS) -> Stream[ResponseEvent]:
         plan, pm, req, store = await self._planned(req, caller)
-        updates = await self._updates(plan, pm)
-        keep = (req, caller) if store else None
-        return self._events(self._assembler(req, plan, store), plan, updates, keep)
+        choices = await self._updates(plan, pm)
+        keep = None
+        if store:
+            stored = self.stored
+            assert stored is not None
 
-    async def _events(self, asm: ItemAssembler, plan: ChatPlan,
-                      updates: AsyncGenerator[ChoiceUpdate, None],
-                      keep: tuple[ResponsesRequest, Caller] | None = None,
-                      ) -> AsyncIterator[ResponseEvent]:
-        """The stream; `keep`: the request and its caller, to store the response before its
-        last lifecycle event goes out (a failed write fails the response instead)."""
-        seq = 0
+            async def keep(response: Response, sampled: list[int]) -> None:
+                await stored.keep(plan, req, response, sampled, caller)
 
-        def numbered(events: list[ResponseEvent]) -> list[ResponseEvent]:
-            nonlocal seq
-            for ev in events:
-                ev.sequence_number = seq
-                seq += 1
-            return events
+        return self._stream(plan, _Events(self._assembler(req, plan, store), keep), choices)
 
-        counted = False
-        sampled: list[int] = []
+
+class _Events:
+    """OpenAI's typed stream events (a `Family`), numbered; `keep`: stores the response
+    before its last lifecycle event goes out (a failed write fails the response instead)."""
+
+    def __init__(self, asm: ItemAssembler,
+                 keep: Callable[[Response, list[int]], Awaitable[None]] | None):
+        self._asm = asm
+        self._keep = keep
+        self._seq = 0
+        self._sampled: list[int] = []  # the model's own ids, whatever the response shows
+        self._done: ResponseEvent | None = None  # with `keep`: held until the record is durable
+
+    def _numbered(self, events: list[ResponseEvent]) -> list[ResponseEvent]:
+        for ev in events:
+            ev.sequence_number = self._seq
+            self._seq += 1
+        return events
+
+    def start(self) -> list[ResponseEvent]:
+        return self._numbered(self._asm.start())
+
+    def update(self, u: ChoiceUpdate) -> list[ResponseEvent]:
+        events = self._asm.push(u)
+        self._sampled += u.delta.ids
+        if u.finish_reason is not None and self._keep is not None:
+            *events, self._done = events
+        return self._numbered(events)
+
+    async def close(self, usage: Usage) -> list[ResponseEvent]:
+        if self._done is None or self._keep is None:
+            return []
+        done = self._done
         try:
-            for ev in numbered(asm.start()):
-                yield ev
-            try:
-                async for u in updates:
-                    events = asm.push(u)
-                    sampled += u.delta.ids
-                    if u.finish_reason is not None:
-                        self._served(plan, asm.usage(u))
-                        counted = True
-                        if keep is not None and self.stored is not None:
-                            *events, done = events  # held until the record is durable
-                            for ev in numbered(events):
-                                yield ev
-                            sent, caller = keep
-                            try:
-                                await self.stored.keep(plan, sent, asm.response, sampled, caller)
-                            except StorageError as exc:
-                                done = asm.fail(exc)[0]
-                            events = [done]
-                    for ev in numbered(events):
-                        yield ev
-            except TokenwireError as exc:
-                for ev in numbered(asm.fail(exc)):
-                    yield ev
-            except Exception as exc:  # noqa: BLE001 - the stream must end in its lifecycle
-                log.exception("stream failed")
-                err = TokenwireError(f"the stream failed: {type(exc).__name__}",
-                                     code="internal_error")
-                for ev in numbered(asm.fail(err)):
-                    yield ev
-        finally:
-            await updates.aclose()
-            if not counted:  # cut short: its prompt still counts
-                self._served(plan, Usage.of(len(plan.prompt), 0))
+            await self._keep(self._asm.response, self._sampled)
+        except StorageError as exc:
+            done = self._asm.fail(exc)[0]
+        return self._numbered([done])
+
+    def fail(self, exc: TokenwireError) -> list[ResponseEvent]:
+        return self._numbered(self._asm.fail(exc))
