@@ -63,7 +63,7 @@ def _stream(url: str, body: dict[str, Any]) -> list[dict[str, Any]]:
 
 def test_a_smollm2_conversation_continues_on_gemma(
         both: Upstream, tok: HFTokenizer, gemma_tok: HFTokenizer) -> None:
-    """Every invariant of API.md, in the client's (SmolLM2's) version, while Gemma samples."""
+    """Every invariant of docs/api.md, in the client's (SmolLM2's) version, while Gemma samples."""
     url = both.url
     # turn 1, on SmolLM2, in SmolLM2 ids
     first = [_user(tok, "Name a colour.")]

@@ -1,6 +1,6 @@
 """Checks on the token ids a request carries: which version they belong to, and their range.
 
-Every id a client sends is tied to a tokenizer version. The rules (API.md):
+Every id a client sends is tied to a tokenizer version. The rules (docs/api.md):
 - ids sent without `tokenizer_version`: 400 tokenizer_version_required (unless the server
   relaxes this; then they mean the model's own version);
 - a version not registered: 400 unknown_tokenizer_version;
