@@ -7,6 +7,7 @@ import json
 from collections.abc import AsyncGenerator, Sequence
 
 from tokenwire.engines.base import (
+    EngineBase,
     EngineEvent,
     EngineHealth,
     EngineInfo,
@@ -40,7 +41,7 @@ class FakeStream:
         await self._events.aclose()
 
 
-class FakeEngine:
+class FakeEngine(EngineBase):
     """Samples `script` (then the end-of-generation id), one token per `delay` seconds."""
 
     def __init__(self, *, vocab_size: int, eog_id: int, script: Sequence[int] = (),

@@ -9,6 +9,7 @@ import pytest
 from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.parser import text_string_to_metric_families
 
+from tokenwire.engines.base import EngineBase
 from tokenwire.metrics import ITL_BUCKETS, Metrics
 
 
@@ -17,27 +18,37 @@ def samples(m: Metrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
             for f in text_string_to_metric_families(m.render().decode()) for s in f.samples}
 
 
-class _Stepping:
-    """Like the embedded engine: queues, and a hook its worker thread calls after each decode."""
+class _Stepping(EngineBase):
+    """Like the embedded engine: queues, and a hook its worker thread calls after each decode;
+    a process of its own where `restarts` is given."""
 
     n_active = 3
     n_waiting = 1
 
-    def __init__(self) -> None:
+    def __init__(self, restarts: int | None = None) -> None:
         self.on_step: Callable[[int], None] | None = None
+        self._restarts = restarts
+
+    @property
+    def restarts(self) -> int | None:
+        return self._restarts
 
 
-def test_an_engine_without_queues_or_steps_is_left_out() -> None:
+def test_restarts_only_of_an_engine_with_a_process_of_its_own() -> None:
     m = Metrics()
-    m.attach("gw", object())
-    names = {name for name, labels in samples(m) if ("model_name", "gw") in labels}
-    assert names == set()
+    m.attach("gw", _Stepping())  # type: ignore[arg-type]
+    m.attach("own", _Stepping(restarts=2))  # type: ignore[arg-type]
+    got = samples(m)
+    names = {name for name, labels in got if ("model_name", "gw") in labels}
+    assert "tokenwire_engine_restarts" not in names
+    assert "tokenwire_num_requests_running" in names
+    assert got[("tokenwire_engine_restarts", (("model_name", "own"),))] == 2
 
 
 def test_steps_from_another_thread_and_queues_read_at_scrape_time() -> None:
     m = Metrics()
     engine = _Stepping()
-    m.attach("m", engine)
+    m.attach("m", engine)  # type: ignore[arg-type]
     hook = engine.on_step
     assert hook is not None
     worker = threading.Thread(target=lambda: [hook(n) for n in (5, 1, 1, 2)])

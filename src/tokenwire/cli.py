@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import re
 import sys
 from collections.abc import Sequence
@@ -16,9 +15,7 @@ if TYPE_CHECKING:
 
     from .client import Client
     from .config import Settings
-    from .serving.models import ModelRegistry
     from .tokenizers.hf import HFTokenizer
-    from .tokenizers.registry import TokenizerRegistry
 
 __all__ = ["main"]
 
@@ -52,8 +49,10 @@ def _serve(args: argparse.Namespace) -> int:
             print(f"tokenwire serve: {where + ': ' if where else ''}{err['msg']}",
                   file=sys.stderr)
         return 2
-    configure_logging(settings)
     from .engines.embedded import gave_up
+    from .server.startup import configure_logging
+
+    configure_logging(settings)
 
     if settings.max_workers > 1:
         from .server.worker import supervise
@@ -71,32 +70,6 @@ def _serve(args: argparse.Namespace) -> int:
     return code
 
 
-def configure_logging(settings: Settings) -> None:
-    logging.basicConfig(level=settings.log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per upstream request
-
-
-async def preload(settings: Settings) -> tuple[ModelRegistry, TokenizerRegistry] | None:
-    """The configured models, loaded; None after one clear line on stderr (not a traceback
-    from inside the server's lifespan) when they cannot be."""
-    from .errors import SetupError
-    from .serving.loader import load_models
-    from .serving.models import ModelRegistry
-    from .tokenizers.registry import TokenizerRegistry
-
-    tokenizers = TokenizerRegistry(settings.tokenizer_store)
-    tokenizers.load_store()
-    models = ModelRegistry()
-    try:
-        for model in await load_models(settings, tokenizers):
-            models.add(model)
-    except (SetupError, OSError) as exc:
-        print(f"tokenwire serve: not starting: {exc}", file=sys.stderr)
-        return None
-    return models, tokenizers
-
-
 async def _serve_async(settings: Settings, config: uvicorn.Config) -> int:
     """Load the model first, so a refusal to start is one clear line, then serve on the same
     event loop."""
@@ -104,6 +77,7 @@ async def _serve_async(settings: Settings, config: uvicorn.Config) -> int:
 
     from .engines.embedded import exit_on_give_up, gave_up
     from .server.app import create_app
+    from .server.startup import preload
 
     loaded = await preload(settings)
     if loaded is None:

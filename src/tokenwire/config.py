@@ -21,9 +21,9 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from .engines.versions import WeightBound, parse_policy
 from .errors import ModelSourceError
 from .packaged import GEMMA3_PACKAGE, gemma3_model_path
+from .weights import WeightBound, parse_policy
 
 __all__ = ["DEFAULT_MODEL", "DEFAULT_MODEL_FILE", "ENGINE_NAMES", "LOOPBACK_HOSTS",
            "SHIPPED_MODELS", "EngineName", "ModelSpec", "Settings", "ShippedModel",
@@ -167,8 +167,9 @@ class Settings(BaseSettings):
     port: int = Field(8000, description="Port to listen on.")
     engine: EngineName = Field(
         "embedded", description="What turns prompt ids into sampled ids: `embedded` (llama.cpp "
-        "in this process), or an upstream reached over HTTP: `vllm`, `sglang`, `llama-server`, "
-        "`openai` (a text-only OpenAI-compatible server; its output ids are re-encoded)."
+        "in an engine process of its own), or an upstream reached over HTTP: `vllm`, `sglang`, "
+        "`llama-server`, `openai` (a text-only OpenAI-compatible server; its output ids are "
+        "re-encoded)."
     )
     model: Path | None = Field(
         None, description="GGUF chat model to serve (embedded engine); default: "
@@ -314,7 +315,7 @@ class Settings(BaseSettings):
         "kept until deleted.",
     )
     require_tokenizer_version: bool = Field(
-        True, description="Refuse token ids sent without tokenizer_version (API.md's default). "
+        True, description="Refuse token ids sent without tokenizer_version (docs/api.md). "
         "False lets vLLM-dialect clients send bare ids, taken as the model's own version."
     )
     log_level: str = Field("info", description="Log level of the server.")

@@ -23,8 +23,7 @@ import os
 import time
 from bisect import bisect_left
 from collections.abc import Callable, Iterator
-from functools import partial
-from typing import Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Literal
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily
@@ -34,6 +33,9 @@ from prometheus_client.registry import Collector
 
 from .protocol.common import Usage
 from .tokenizers.conversions import conversions
+
+if TYPE_CHECKING:
+    from .engines.base import Engine
 
 __all__ = ["CONTENT_TYPE", "SHARED_DIR_ENV", "UNMATCHED", "Metrics", "PromptKind", "TokenClock",
            "TokenTimer"]
@@ -51,21 +53,6 @@ TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 2
 ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.5,
                1.0, 2.5, 5.0, 10.0, 20.0)
 STEP_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
-
-
-@runtime_checkable
-class _Stepping(Protocol):
-    """An engine that reports each decode step's batch size (the embedded one), from its
-    worker thread."""
-
-    on_step: Callable[[int], None] | None
-
-
-@runtime_checkable
-class _Migrating(Protocol):
-    """A gateway engine, which moves sequences off lost replicas (engines/upstream)."""
-
-    on_migration: Callable[[str], None] | None
 
 
 class _Tally:
@@ -224,20 +211,20 @@ class Metrics:
                 "they were needed; the token-native path needs none.",
                 ["direction", "reason"], registry=reg)
 
-    def attach(self, model: str, engine: object) -> None:
-        """Watch a served model's engine: its queues are read at each scrape, and the embedded
-        engine reports every decode step. What an engine does not offer is left out."""
-        for gauge, attr in ((self._running, "n_active"), (self._waiting, "n_waiting"),
-                            (self._restarts, "restarts")):
-            if hasattr(engine, attr):
-                if self._shared is None:
-                    gauge.labels(model).set_function(partial(getattr, engine, attr))
-                else:
-                    self._pulled.append((gauge.labels(model), partial(getattr, engine, attr)))
-        if isinstance(engine, _Stepping):
-            engine.on_step = self._steps.labels(model).observe
-        if isinstance(engine, _Migrating):
-            engine.on_migration = lambda outcome: self._migrations.labels(model, outcome).inc()
+    def attach(self, model: str, engine: Engine) -> None:
+        """Watch a served model's engine: its queues (and the embedded engine's restarts) are
+        read at each scrape; it reports each decode step and each moved sequence."""
+        readings: list[tuple[Gauge, Callable[[], float]]] = [
+            (self._running, lambda: engine.n_active), (self._waiting, lambda: engine.n_waiting)]
+        if engine.restarts is not None:  # an engine with a process of its own
+            readings.append((self._restarts, lambda: engine.restarts or 0))
+        for gauge, read in readings:
+            if self._shared is None:
+                gauge.labels(model).set_function(read)
+            else:
+                self._pulled.append((gauge.labels(model), read))
+        engine.on_step = self._steps.labels(model).observe
+        engine.on_migration = lambda outcome: self._migrations.labels(model, outcome).inc()
 
     def request(self, route: str, status: int) -> None:
         self._requests.labels(route, str(status)).inc()

@@ -27,7 +27,7 @@ from tokenwire.engines.base import (
     TokenEvent,
     WeightSpan,
 )
-from tokenwire.engines.registry import EngineSpec
+from tokenwire.engines.spec import EngineSpec
 from tokenwire.engines.upstream import UpstreamEngine
 from tokenwire.errors import (
     ContextLengthExceededError,

@@ -12,19 +12,40 @@ from-disk path, `collective_rpc` with `reload_weights` and `weights_path`, works
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from typing import Any, Literal, Protocol, get_args
 
 from ..errors import InvalidRequestError, UnsupportedParameterError
 from .base import ControlAnswer, ControlCall
 
-if TYPE_CHECKING:
-    from .llamacpp import LlamaCppEngine
-
-__all__ = ["PauseMode", "answer", "content_version"]
+__all__ = ["Controlled", "PauseMode", "answer", "content_version"]
 
 PauseMode = Literal["abort", "wait", "keep"]
 REPLICA = "embedded"
+
+
+class Controlled(Protocol):
+    """What the control plane drives: the embedded engine (llamacpp.py), seen from here."""
+
+    @property
+    def paused(self) -> PauseMode | None: ...
+
+    @property
+    def weight_version(self) -> str: ...
+
+    async def pause(self, mode: PauseMode) -> None: ...
+
+    async def resume(self) -> None: ...
+
+    async def set_weight_version(self, version: str) -> None: ...
+
+    async def reset_prefix_cache(self) -> None: ...
+
+    async def load_weights(self, path: Path, version: str | None = None) -> str: ...
+
+    async def load_lora(self, adapters: Sequence[tuple[Path, float]],
+                        version: str | None = None) -> str: ...
 
 
 def content_version(path: Path) -> str:
@@ -74,7 +95,7 @@ def _scale(value: Any, param: str) -> float:
     return float(value)
 
 
-async def _update(engine: LlamaCppEngine, info: Any) -> None:
+async def _update(engine: Controlled, info: Any) -> None:
     if not isinstance(info, dict):
         raise InvalidRequestError("update_info must be an object: weights_path (a GGUF), or "
                                   "lora_path / lora (LoRA adapters in GGUF)",
@@ -92,7 +113,7 @@ async def _update(engine: LlamaCppEngine, info: Any) -> None:
             param="update_info")
 
 
-async def _run(engine: LlamaCppEngine, call: ControlCall) -> Any:
+async def _run(engine: Controlled, call: ControlCall) -> Any:
     """vLLM's answer body for `call` (raising our errors for a bad call)."""
     body = call.body if isinstance(call.body, dict) else {}
     query = dict(call.query)
@@ -156,5 +177,5 @@ async def _run(engine: LlamaCppEngine, call: ControlCall) -> Any:
         param=op)
 
 
-async def answer(engine: LlamaCppEngine, call: ControlCall) -> ControlAnswer:
+async def answer(engine: Controlled, call: ControlCall) -> ControlAnswer:
     return ControlAnswer(REPLICA, 200, await _run(engine, call))

@@ -9,7 +9,7 @@ away, a stop string matched) cancels the sequence and frees its slot.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -19,6 +19,7 @@ from ..errors import (
     InvalidRequestError,
     InvalidTokenIdError,
     ServiceUnavailableError,
+    UnsupportedParameterError,
 )
 from ..protocol.control import CONTROL_OPS
 from .versions import WeightBound
@@ -30,7 +31,7 @@ __all__ = [
     "CONTROL_OPS",
     "ControlAnswer",
     "ControlCall",
-    "Controllable",
+    "EngineBase",
     "EngineEvent",
     "EngineStartError",
     "EngineHealth",
@@ -354,6 +355,79 @@ class Engine(Protocol):
 
     async def aclose(self) -> None: ...
 
+    # What not every engine does. Every engine has all of it (`EngineBase` gives the answers
+    # of one that cannot): callers read it the same way everywhere, never probe for it.
+
+    on_step: Callable[[int], None] | None
+    """Set by the metrics: called with each decode step's batch size (engines that step)."""
+    on_migration: Callable[[str], None] | None
+    """Set by the metrics: called with each move of a sequence to another replica's outcome
+    (gateways: engines/upstream/migration.py)."""
+
+    @property
+    def restarts(self) -> int | None:
+        """Times the engine's process was started again after it died; None: it has none."""
+        ...
+
+    async def control(self, call: ControlCall) -> list[ControlAnswer]:
+        """vLLM's control plane: the call on every replica, each one's answer; refused by name
+        (`UnsupportedParameterError`) by an engine without one, or a call it cannot make."""
+        ...
+
+    def hold(self, replicas: Sequence[str], held: bool) -> None:
+        """Keep `replicas` out of routing (a rolling update pauses them), or put them back."""
+        ...
+
+    def held(self) -> frozenset[str]:
+        """The replicas held out of routing now (a rolling update that stopped left them)."""
+        ...
+
+    @property
+    def paused(self) -> str | None:
+        """How the control plane paused the engine, as this box remembers it; None: not
+        paused, or not remembered (SGLang's cannot say: ask `is_paused`)."""
+        ...
+
+    def adapters(self) -> dict[str, str]:
+        """The LoRA adapters served now that a request may name as its model (name -> path,
+        the adapter's version)."""
+        ...
+
+
+class EngineBase:
+    """The optional part of `Engine` as an engine without it answers: no control plane, no
+    replicas to hold, no adapters, no process of its own. Engines subclass it and override
+    what they do."""
+
+    on_step: Callable[[int], None] | None = None
+    on_migration: Callable[[str], None] | None = None
+
+    @property
+    def info(self) -> EngineInfo:
+        raise NotImplementedError
+
+    @property
+    def restarts(self) -> int | None:
+        return None
+
+    async def control(self, call: ControlCall) -> list[ControlAnswer]:
+        raise UnsupportedParameterError(
+            f"model {self.info.model!r}: its engine has no control plane ({call.op})",
+            param=call.op)
+
+    def hold(self, replicas: Sequence[str], held: bool) -> None:
+        return None
+
+    def held(self) -> frozenset[str]:
+        return frozenset()
+
+    @property
+    def paused(self) -> str | None:
+        return None
+
+    def adapters(self) -> dict[str, str]:
+        return {}
+
 
 
 def check_prompt(prompt: Sequence[int], info: EngineInfo) -> None:
@@ -391,18 +465,3 @@ class ControlAnswer:
     @property
     def ok(self) -> bool:
         return 200 <= self.status < 300
-
-
-@runtime_checkable
-class Controllable(Protocol):
-    """An engine with a control plane: each call reaches every replica, and each answers."""
-
-    async def control(self, call: ControlCall) -> list[ControlAnswer]: ...
-
-    def hold(self, replicas: Sequence[str], held: bool) -> None:
-        """Keep `replicas` out of routing (a rolling update pauses them), or put them back."""
-        ...
-
-    def held(self) -> frozenset[str]:
-        """The replicas held out of routing now (a rolling update that stopped left them)."""
-        ...

@@ -53,6 +53,7 @@ from .base import (
     LOGPROB_FLOOR,
     ControlAnswer,
     ControlCall,
+    EngineBase,
     EngineEvent,
     EngineHealth,
     EngineInfo,
@@ -141,7 +142,7 @@ class _EventStream(QueuedEvents):
         self._engine._cancel(self._seq)
 
 
-class LlamaCppEngine:
+class LlamaCppEngine(EngineBase):
     """Implements `Engine` for a GGUF model, decoding up to `n_parallel` sequences together."""
 
     def __init__(self, path: str | Path, *, model_id: str | None = None,
@@ -719,7 +720,8 @@ class LlamaCppEngine:
     # -- the control plane (on the worker thread, between decodes) --------------------------
 
     async def control(self, call: ControlCall) -> list[ControlAnswer]:
-        """`Controllable`: vLLM's RL endpoints, answered by this engine (_control.py)."""
+        """vLLM's RL endpoints, answered by this engine (_control.py); one replica: nothing
+        to hold (a paused engine queues requests until it resumes)."""
         return [await answer(self, call)]
 
     async def on_worker(self, job: Callable[[], object]) -> object:
@@ -748,13 +750,6 @@ class LlamaCppEngine:
     def _version(self, label: str) -> None:
         self._label = label
         self._order.see([label])
-
-    def hold(self, replicas: Sequence[str], held: bool) -> None:
-        """`Controllable`: nothing to do: one replica has nowhere else to send a request (a
-        paused engine queues it until it resumes)."""
-
-    def held(self) -> frozenset[str]:
-        return frozenset()
 
     async def _within_bound(self, bound: WeightBound | None) -> None:
         """Wait (up to the bound's wait) until the weights satisfy `bound`. Alone, they are

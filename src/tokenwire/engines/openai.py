@@ -27,7 +27,7 @@ from ..errors import SpecialTokenNotAllowedError, UnsupportedParameterError
 from ..tokenizers.conversions import conversion_reason
 from ..tokenizers.reencode import IncrementalEncoder
 from .base import EngineEvent, EngineInfo, FinishEvent, SamplingParams, TokenEvent
-from .registry import EngineSpec
+from .spec import EngineSpec
 from .upstream import ChunkDecoder, Replica, UpstreamEngine, UpstreamInfo
 
 __all__ = ["OpenAITextEngine"]

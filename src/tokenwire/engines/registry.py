@@ -7,25 +7,12 @@ front of vLLM never loads llama.cpp and the embedded default never imports an HT
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
-from ..config import ENGINE_NAMES, Settings
-from ..tokenizers.source import TokenizerSource
+from ..config import ENGINE_NAMES
 from .base import Engine
+from .spec import EngineSpec
 
 __all__ = ["ENGINES", "EngineSpec", "create_engine"]
-
-
-@dataclass(frozen=True)
-class EngineSpec:
-    """What an engine factory is given."""
-
-    settings: Settings
-    source: TokenizerSource
-    """The pinned tokenizer (which the engine checks its own against at start) and what the
-    model's files say: chat template, BOS/EOS."""
-    eog_ids: frozenset[int]
-    """The ids that end generation, as the model's files define them."""
 
 
 def _embedded(spec: EngineSpec) -> Engine:

@@ -8,10 +8,10 @@ started in the middle of a rolling update sees two at once) are placed in natura
 replica serves is what it reports, never what a box remembers pushing: several boxes in front of
 one fleet route alike.
 
-A bound (`WeightBound`) is smg's version policy (`--rl-version-policy`: `any`, `latest-only`,
-`min-version:<v>`, `max-staleness:<k>`) as a request's fields: `min_weight_version` (that version
-or a later one) and `max_staleness` (at most k versions behind the newest a replica of the fleet
-serves; 0 is latest-only).
+A bound (`WeightBound`, weights.py) is smg's version policy (`--rl-version-policy`: `any`,
+`latest-only`, `min-version:<v>`, `max-staleness:<k>`) as a request's fields: `min_weight_version`
+(that version or a later one) and `max_staleness` (at most k versions behind the newest a replica
+of the fleet serves; 0 is latest-only).
 """
 
 from __future__ import annotations
@@ -19,58 +19,14 @@ from __future__ import annotations
 import re
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 
 from ..errors import WeightVersionUnavailableError
+from ..weights import WeightBound, parse_policy
 
 __all__ = ["VersionOrder", "WeightBound", "parse_policy"]
 
 _MEMORY = 4096
 """Labels an order remembers: a bound naming one forgotten since is treated as never seen."""
-
-
-@dataclass(frozen=True)
-class WeightBound:
-    """Which weights may serve a request."""
-
-    min_version: str | None = None
-    max_staleness: int | None = None
-    wait: float = 30.0
-    """Seconds a request waits for a replica that satisfies the bound before it is refused."""
-    policy: str | None = None
-    """The server's `weight_version_policy` this bound comes from (None: the request's)."""
-
-    def describe(self) -> str:
-        if self.policy is not None:
-            return f"the server's weight_version_policy {self.policy!r}"
-        parts = []
-        if self.min_version is not None:
-            parts.append(f"min_weight_version {self.min_version!r}")
-        if self.max_staleness is not None:
-            parts.append(f"max_staleness {self.max_staleness}")
-        return " and ".join(parts)
-
-    @property
-    def param(self) -> str | None:
-        if self.policy is not None:
-            return None  # the client sent no field: the server's setting refused it
-        return "min_weight_version" if self.min_version is not None else "max_staleness"
-
-
-def parse_policy(text: str, *, wait: float = 30.0) -> WeightBound | None:
-    """smg's policy names (`any`, `latest-only`, `min-version:<v>`, `max-staleness:<k>`) as a
-    bound; None for `any`. A ValueError names what is wrong."""
-    if text == "any":
-        return None
-    if text == "latest-only":
-        return WeightBound(max_staleness=0, wait=wait, policy=text)
-    kind, sep, value = text.partition(":")
-    if sep and kind == "min-version" and value:
-        return WeightBound(min_version=value, wait=wait, policy=text)
-    if sep and kind == "max-staleness" and value.isdigit():
-        return WeightBound(max_staleness=int(value), wait=wait, policy=text)
-    raise ValueError(f"{text!r} is not a version policy: any, latest-only, min-version:<label> "
-                     "or max-staleness:<k>")
 
 
 def _natural(label: str) -> list[tuple[int, int | str]]:

@@ -33,7 +33,6 @@ __all__ = [
     "GenerateStreamOptions",
     "GenerateStreamResponse",
     "WeightVersionSpan",
-    "token_id_of",
 ]
 
 
@@ -179,18 +178,6 @@ class GenerateRequest(WeightBoundFields):
 
 
 # -- responses --------------------------------------------------------------------------------
-
-
-def token_id_of(entry: GenerateLogprob) -> int | None:
-    """The id of a logprob entry in either vLLM spelling."""
-    if entry.token_id is not None:
-        return entry.token_id
-    if entry.token is not None and entry.token.startswith("token_id:"):
-        try:
-            return int(entry.token[9:])
-        except ValueError:
-            return None
-    return None
 
 
 class GenerateLogprob(ResponseModel):

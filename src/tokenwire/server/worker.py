@@ -43,6 +43,7 @@ from ..engines.embedded.supervisor import Supervisor
 from ..engines.upstream.board import RUN_DIR_ENV
 from ..errors import EngineStartError
 from ..metrics import SHARED_DIR_ENV
+from .startup import configure_logging, preload
 
 __all__ = ["SETTINGS_ENV", "app", "supervise"]
 
@@ -104,8 +105,6 @@ def _start_engines(settings: Settings, run_dir: Path, started: list[Supervisor])
 async def _check(settings: Settings) -> bool:
     """The models load and their engines start (upstreams verified), or one clear line says
     why not; then they are closed: each worker loads its own."""
-    from ..cli import preload
-
     loaded = await preload(settings)
     if loaded is None:
         return False
@@ -127,7 +126,6 @@ def _die_with_parent() -> None:
 
 def app() -> Starlette:
     """One worker's app (uvicorn's factory): the models load in its lifespan."""
-    from ..cli import configure_logging
     from .app import create_app
 
     _die_with_parent()

@@ -136,6 +136,34 @@ class _Plan(Plan):
         """vLLM's usage, with `prompt_tokens_details.cached_tokens` where the engine says."""
         return Usage.of(len(self.prompt), t.sampled, t.cached.get(0))
 
+    def choice(self, index: int, ids: list[int], events: list[TokenEvent],
+                finish: str | None, stop_reason: int | str | None,
+                stop_event: TokenEvent | None,
+                weights: tuple[WeightSpan, ...] | None = None,
+                experts: str | None = None) -> GenerateChoice:
+        if stop_event is not None:  # vLLM's ids end with the id that ended the output
+            ids = [*ids, stop_event.token_id]
+            events = [*events, stop_event]
+            if stop_event.token_id == self.model.tokenizer_entry.eos_id:
+                stop_reason = None  # vLLM: the model's main EOS has no stop_reason
+        lp = None
+        if self.req.sampling_params.logprobs is not None:
+            lp = GenerateLogprobs(content=[_entry(e) for e in events])
+        masks = [list(e.sampling_mask) for e in events if e.sampling_mask is not None]
+        return GenerateChoice(index=index, finish_reason=finish, stop_reason=stop_reason,
+                              token_ids=ids, logprobs=lp, weight_versions=wire_spans(weights),
+                              sampling_mask=masks if masks and len(masks) == len(ids) else None,
+                              routed_experts=experts)
+
+    def envelope(self) -> dict[str, object]:
+        return {"request_id": self.id, "tokenizer_version": self.space.client.version,
+                "token_ids_source": self.source, "logprobs_mode": self.logprobs_mode}
+
+    def first(self) -> dict[str, object]:
+        """What only the first event (or the whole response) carries."""
+        return {"warnings": self.warnings,
+                "prompt_token_ids": self.prompt if self.req.return_token_ids else None}
+
 
 class GenerateService(GenerationService):
     def plan(self, req: GenerateRequest, caller: Caller = ANONYMOUS) -> _Plan:
@@ -206,47 +234,19 @@ class GenerateService(GenerationService):
                                  output_check=self._guard.output_check(),
                                  timer=self._timer(plan), whole=whole)
 
-    def _choice(self, plan: _Plan, index: int, ids: list[int], events: list[TokenEvent],
-                finish: str | None, stop_reason: int | str | None,
-                stop_event: TokenEvent | None,
-                weights: tuple[WeightSpan, ...] | None = None,
-                experts: str | None = None) -> GenerateChoice:
-        if stop_event is not None:  # vLLM's ids end with the id that ended the output
-            ids = [*ids, stop_event.token_id]
-            events = [*events, stop_event]
-            if stop_event.token_id == plan.model.tokenizer_entry.eos_id:
-                stop_reason = None  # vLLM: the model's main EOS has no stop_reason
-        lp = None
-        if plan.req.sampling_params.logprobs is not None:
-            lp = GenerateLogprobs(content=[_entry(e) for e in events])
-        masks = [list(e.sampling_mask) for e in events if e.sampling_mask is not None]
-        return GenerateChoice(index=index, finish_reason=finish, stop_reason=stop_reason,
-                              token_ids=ids, logprobs=lp, weight_versions=wire_spans(weights),
-                              sampling_mask=masks if masks and len(masks) == len(ids) else None,
-                              routed_experts=experts)
-
-    def _envelope(self, plan: _Plan) -> dict[str, object]:
-        return {"request_id": plan.id, "tokenizer_version": plan.space.client.version,
-                "token_ids_source": plan.source, "logprobs_mode": plan.logprobs_mode}
-
-    def _first(self, plan: _Plan) -> dict[str, object]:
-        """What only the first event (or the whole response) carries."""
-        return {"warnings": plan.warnings,
-                "prompt_token_ids": plan.prompt if plan.req.return_token_ids else None}
-
     async def create(self, req: GenerateRequest, caller: Caller = ANONYMOUS) -> GenerateResponse:
         plan = await self._prepare(self.plan, req, caller)
         acc = await self._whole(lambda: self._start(plan, whole=True), req.sampling_params.n)
         usage = self._count(plan, Totals.of(acc))
-        choices = [self._choice(plan, i, a.ids, a.events, a.finish_reason, a.stop_reason,
+        choices = [plan.choice(i, a.ids, a.events, a.finish_reason, a.stop_reason,
                                 a.stop_event, a.weight_versions, a.routed_experts)
                    for i, a in enumerate(acc)]
         scored = acc[0].prompt_logprobs if req.sampling_params.prompt_logprobs is not None \
             else None
-        first = self._first(plan)
+        first = plan.first()
         first["warnings"] = migration_warnings(plan.warnings, *(a.migrations for a in acc))
         return GenerateResponse(
-            **self._envelope(plan), **first, model=plan.model.id,
+            **plan.envelope(), **first, model=plan.model.id,
             created=int(time.time()), usage=usage,
             prompt_logprobs=prompt_logprob_rows(
                 plan.prompt, scored, lambda _, lp, rank: GenerateLogprob(logprob=lp, rank=rank))
@@ -257,17 +257,16 @@ class GenerateService(GenerationService):
     async def stream(self, req: GenerateRequest, caller: Caller = ANONYMOUS,
                      ) -> Stream[GenerateStreamResponse]:
         plan = await self._prepare(self.plan, req, caller)
-        return self._stream(plan, _Events(self, plan), await self._start(plan))
+        return self._stream(plan, _Events(plan), await self._start(plan))
 
 
 class _Events:
     """vLLM's stream (a `Family`): one event per choice and step, then usage."""
 
-    def __init__(self, service: GenerateService, plan: _Plan):
-        self._service = service
+    def __init__(self, plan: _Plan):
         self._plan = plan
-        self._env = service._envelope(plan)
-        self._first = service._first(plan)  # until the first event goes out
+        self._env = plan.envelope()
+        self._first = plan.first()  # until the first event goes out
         self._running = RunningUsage([len(plan.prompt)] * plan.req.sampling_params.n,
                                      plan.req.stream_options)
 
@@ -278,9 +277,8 @@ class _Events:
         if not u.delta and u.finish_reason is None:
             return []  # prompt logprobs (not streamed, as in vLLM) or an empty step
         plan, first = self._plan, self._first
-        choice = self._service._choice(plan, u.index, u.delta.ids, u.delta.events,
-                                       u.finish_reason, u.stop_reason, u.stop_event,
-                                       u.weight_versions, u.routed_experts)
+        choice = plan.choice(u.index, u.delta.ids, u.delta.events, u.finish_reason,
+                             u.stop_reason, u.stop_event, u.weight_versions, u.routed_experts)
         self._running.add(u)
         if u.migrations:  # on the finishing event (after the first one's, if it is that)
             first = {**first, "warnings": migration_warnings(

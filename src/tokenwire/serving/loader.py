@@ -13,7 +13,8 @@ import dataclasses
 import logging
 
 from ..config import Settings
-from ..engines.registry import EngineSpec, create_engine
+from ..engines.registry import create_engine
+from ..engines.spec import EngineSpec
 from ..tokenizers.base import Tokenizer
 from ..tokenizers.hf import HFTokenizer
 from ..tokenizers.registry import TokenizerRegistry

@@ -85,8 +85,7 @@ class ModelRegistry:
         """A LoRA adapter some model's engine serves under `name` (vLLM's rule: a request
         names an adapter as its model)."""
         for m in self._models.values():
-            adapters = getattr(m.engine, "adapters", None)
-            if adapters is not None and name in adapters():
+            if name in m.engine.adapters():
                 return replace(m, id=name, adapter=name, parent=m.id)
         return None
 
@@ -94,8 +93,7 @@ class ModelRegistry:
         """Every adapter served now, with the path it was loaded from."""
         out = []
         for m in self._models.values():
-            adapters = getattr(m.engine, "adapters", None)
-            for name, path in (adapters() if adapters is not None else {}).items():
+            for name, path in m.engine.adapters().items():
                 out.append((replace(m, id=name, adapter=name, parent=m.id), path))
         return out
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ..engines.base import ControlAnswer, ControlCall, Controllable
+from ..engines.base import ControlAnswer, ControlCall, Engine
 from ..engines.upstream.board import MAX_LABEL, RUN_DIR_ENV
 from ..errors import (
     InvalidRequestError,
@@ -98,11 +98,11 @@ class RollingUpdates:
     async def _model(self, m: ServedModel, body: RollingUpdateBody,
                      earlier: list[_Replica]) -> list[_Replica]:
         engine = m.engine
-        if not isinstance(engine, Controllable):
-            raise UnsupportedParameterError(
-                f"model {m.id!r}: its engine has no control plane (rolling_update)",
-                param="rolling_update")
-        info = await engine.control(ControlCall("weight_info"))
+        try:
+            info = await engine.control(ControlCall("weight_info"))
+        except UnsupportedParameterError as exc:
+            raise UnsupportedParameterError(f"{exc.message} (rolling_update)",
+                                            param="rolling_update") from exc
         reps = [_Replica(m.id, a.replica, a.body.get("weight_version")
                          if a.ok and isinstance(a.body, dict) else None, answer=a)
                 for a in info]
@@ -135,11 +135,10 @@ class RollingUpdates:
                 r.state, r.version = "updated", body.weight_version
         return reps
 
-    async def _refuse_paused(self, m: ServedModel, engine: Controllable,
+    async def _refuse_paused(self, m: ServedModel, engine: Engine,
                              left: frozenset[str]) -> None:
         """A fleet the trainer paused is not resumed by a roll."""
-        fleet = getattr(engine, "fleet", None)  # a gateway remembers it (SGLang cannot say)
-        if getattr(fleet, "paused", None) is not None:
+        if engine.paused is not None:  # a gateway remembers it (SGLang cannot say)
             raise _paused(m)
         try:
             answers = await engine.control(ControlCall("is_paused"))
@@ -150,7 +149,7 @@ class RollingUpdates:
         if paused and len(paused) == len(answers):
             raise _paused(m)
 
-    async def _update(self, engine: Controllable, batch: list[_Replica],
+    async def _update(self, engine: Engine, batch: list[_Replica],
                       body: RollingUpdateBody) -> None:
         """One batch through the calls. A call refused before the batch was paused changes
         nothing (the batch goes back into routing, the refusal is the answer); any later
@@ -193,7 +192,7 @@ class RollingUpdates:
         engine.hold(names, False)
 
     @staticmethod
-    async def _back(engine: Controllable, names: tuple[str, ...]) -> None:
+    async def _back(engine: Engine, names: tuple[str, ...]) -> None:
         answers = await engine.control(ControlCall("resume", replicas=names))
         if all(a.ok for a in answers):
             engine.hold(names, False)

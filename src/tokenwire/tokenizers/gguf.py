@@ -20,10 +20,10 @@ from typing import Any
 from ..errors import UnsupportedTokenizerError
 from ._gguf import read_metadata
 from ._pretokenizers import PRE_TOKENIZERS
+from ._source import TokenizerSource, legacy_family
 from .base import make_version
 from .chat_templates import fallback_template
 from .hf import HFTokenizer, canonical_json
-from .source import TokenizerSource, legacy_family
 
 __all__ = ["UnsupportedTokenizerError", "tokenizer_from_gguf"]
 

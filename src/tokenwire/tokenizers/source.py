@@ -9,43 +9,16 @@ A model served by an upstream (vLLM, SGLang, ...) is described by the files it w
 from __future__ import annotations
 
 import json
-import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..errors import TokenizerSourceError
+from ._source import TokenizerSource, legacy_family
 from .base import make_version
+from .gguf import tokenizer_from_gguf
 from .hf import HFTokenizer, canonical_json
 
 __all__ = ["TokenizerSource", "TokenizerSourceError", "load_hf_dir", "load_tokenizer"]
-
-
-@dataclass(frozen=True)
-class TokenizerSource:
-    """What the model's files say about its tokenizer, beside the tokenizer itself."""
-
-    tokenizer: HFTokenizer
-    chat_template: str | None
-    bos_id: int | None
-    eos_id: int | None
-    add_bos: bool
-    context_length: int | None
-    name: str | None
-    eog_ids: frozenset[int] | None = None
-    """Ids that end generation, where the files say (generation_config.json); None for a GGUF,
-    whose set is llama.cpp's to compute (the loader asks it)."""
-    legacy_version: str | None = None
-    """The id releases before the fingerprint gave this tokenizer: its family from the GGUF's
-    `general.basename` or the folder's name, its hash the artifact's sha256. It still resolves,
-    and is what data stored then names."""
-
-
-def legacy_family(base: str, vocab_size: int) -> str:
-    """A family as releases before the fingerprint named it from a name: `SmolLM2` + 49152 ->
-    `smollm2-49k` (only `legacy_version` uses it now)."""
-    slug = re.sub(r"[^a-z0-9._-]+", "-", base.lower()).strip("-") or "tokenizer"
-    return f"{slug}-{round(vocab_size / 1000)}k"
 
 
 def load_tokenizer(path: Path) -> TokenizerSource:
@@ -53,8 +26,6 @@ def load_tokenizer(path: Path) -> TokenizerSource:
     if path.is_dir():
         return load_hf_dir(path)
     if path.suffix == ".gguf":
-        from .gguf import tokenizer_from_gguf
-
         return tokenizer_from_gguf(path)
     if path.suffix == ".json":
         return load_hf_dir(path.parent, tokenizer_json=path)

@@ -25,6 +25,7 @@ from .._events import QueuedEvents
 from ..base import (
     ControlAnswer,
     ControlCall,
+    EngineBase,
     EngineHealth,
     EngineInfo,
     FinishEvent,
@@ -57,8 +58,8 @@ class _Stream(QueuedEvents):
         self._engine._cancel(self._key)
 
 
-class EmbeddedEngine:
-    """Implements `Engine` (and `Controllable`) for the engine process of one GGUF model."""
+class EmbeddedEngine(EngineBase):
+    """Implements `Engine` for the engine process of one GGUF model."""
 
     def __init__(self, config: CoreConfig, status: Path, *, own: bool,
                  tokenizer: HFTokenizer | None = None,
@@ -283,15 +284,9 @@ class EmbeddedEngine:
         """Times the engine process was started again after it died."""
         return int(read_status(self._status).get("restarts", 0))
 
-    def hold(self, replicas: Sequence[str], held: bool) -> None:
-        """`Controllable`: nothing to do: one replica has nowhere else to send a request (a
-        paused engine queues it until it resumes)."""
-
-    def held(self) -> frozenset[str]:
-        return frozenset()
-
     async def control(self, call: ControlCall) -> list[ControlAnswer]:
-        """`Controllable`: vLLM's RL endpoints, answered by the engine process."""
+        """vLLM's RL endpoints, answered by the engine process (one replica: nothing to hold;
+        a paused engine queues requests until it resumes)."""
         answers: list[ControlAnswer] = await self._call("control", call)
         if call.op in SETS_WEIGHTS and answers and answers[0].ok:
             self._restore_error = None  # what serves now is what the control plane set

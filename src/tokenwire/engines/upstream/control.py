@@ -23,18 +23,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 from urllib.parse import urlencode
 
 from ...errors import InvalidRequestError, UnsupportedParameterError
 from ..base import ControlAnswer, ControlCall
 from ..versions import VersionOrder
-from .board import MAX_LABEL
+from .board import MAX_LABEL, Board
 from .replica import Replica
 from .transport import TRANSPORT_ERRORS
-
-if TYPE_CHECKING:
-    from .engine import UpstreamEngine
 
 __all__ = ["FleetControl"]
 
@@ -45,10 +42,25 @@ take: a replica that hangs there must not hold back requests waiting for a versi
 log = logging.getLogger(__name__)
 
 
+class _Owner(Protocol):
+    """What the fleet's control needs of its engine (engine.py's `UpstreamEngine`, which
+    imports this module)."""
+
+    @property
+    def board(self) -> Board: ...
+    @property
+    def replicas(self) -> list[Replica]: ...
+    def control_request(self, call: ControlCall) -> tuple[str, str, Any]: ...
+    def control_answer(self, call: ControlCall, status: int, body: Any) -> tuple[int, Any]: ...
+    async def call(self, replica: Replica, method: str, path: str, body: Any = None,
+                   ) -> tuple[int, Any]: ...
+    async def adapters_of(self, replica: Replica) -> dict[str, str] | None: ...
+
+
 class FleetControl:
     """One engine's control calls, and the state of its fleet they set."""
 
-    def __init__(self, engine: UpstreamEngine):
+    def __init__(self, engine: _Owner):
         self._engine = engine
         self._board = engine.board  # every worker of the box remembers the same state
         self.order = VersionOrder()

@@ -37,14 +37,15 @@ from ...errors import (
 from ..base import (
     ControlAnswer,
     ControlCall,
+    EngineBase,
     EngineHealth,
     EngineInfo,
     EngineStartError,
     SamplingParams,
     check_prompt,
 )
-from ..registry import EngineSpec
 from ..routing import PrefixRouter
+from ..spec import EngineSpec
 from .board import Board
 from .control import FleetControl
 from .errors import upstream_error
@@ -68,7 +69,7 @@ class _Failover(Exception):
         self.rate_limited = rate_limited
 
 
-class UpstreamEngine:
+class UpstreamEngine(EngineBase):
     """Implements `Engine` over HTTP servers; subclasses say how their server spells things."""
 
     name = "upstream"
@@ -131,7 +132,7 @@ class UpstreamEngine:
         return status, body
 
     async def control(self, call: ControlCall) -> list[ControlAnswer]:
-        """`Controllable`: `call` on every replica (control.py)."""
+        """`call` on every replica (control.py)."""
         return await self.fleet.call(call)
 
     async def adapters_of(self, replica: Replica) -> dict[str, str] | None:
@@ -288,13 +289,17 @@ class UpstreamEngine:
         return MigratingStream(self, prompt, params, await self.admit(prompt, params))
 
     def hold(self, replicas: Sequence[str], held: bool) -> None:
-        """`Controllable`: keep replicas out of routing (every worker of the box), or not."""
+        """Keep replicas out of routing (every worker of the box), or not."""
         for r in self._replicas:
             if r.name in replicas:
                 self.board.hold(r.index, held)
 
     def held(self) -> frozenset[str]:
         return frozenset(r.name for r in self._replicas if r.held)
+
+    @property
+    def paused(self) -> str | None:
+        return self.fleet.paused
 
     def _usable(self, params: SamplingParams) -> list[bool]:
         """The replicas a request may go to: healthy, within its weight bound, and not paused

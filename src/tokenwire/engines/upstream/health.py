@@ -15,18 +15,16 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import aiohttp
 
 from ...tokenizers.probe import TokenizerParityError, first_mismatch
 from ..base import EngineStartError
-from ..registry import EngineSpec
-from .replica import Replica
+from ..spec import EngineSpec
+from .control import FleetControl
+from .replica import Replica, UpstreamInfo
 from .transport import MALFORMED, TRANSPORT_ERRORS, UpstreamStatusError
-
-if TYPE_CHECKING:
-    from .engine import UpstreamEngine
 
 __all__ = ["VERIFY_TIMEOUT", "Health"]
 
@@ -36,10 +34,28 @@ VERIFY_TIMEOUT = 120.0
 log = logging.getLogger(__name__)
 
 
+class _Owner(Protocol):
+    """What the health checks need of the engine (engine.py's `UpstreamEngine`, which imports
+    this module)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def health_path(self) -> str: ...
+    @property
+    def replicas(self) -> list[Replica]: ...
+    @property
+    def fleet(self) -> FleetControl: ...
+    @property
+    def http(self) -> aiohttp.ClientSession: ...
+    async def describe(self, replica: Replica) -> UpstreamInfo: ...
+    async def tokenize(self, replica: Replica, texts: Sequence[str]) -> list[list[int]] | None: ...
+
+
 class Health:
     """The checks of one engine's replicas, and the model name their verification settles."""
 
-    def __init__(self, engine: UpstreamEngine, spec: EngineSpec):
+    def __init__(self, engine: _Owner, spec: EngineSpec):
         self._engine = engine
         self._spec = spec
         self._settings = spec.settings

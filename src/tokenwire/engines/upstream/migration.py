@@ -25,22 +25,20 @@ indexes, and its prefix-cache count is dropped (it is the continuation's, not th
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from ...config import Settings
 from ..base import (
     EngineEvent,
-    EventStream,
     FinishEvent,
     ReplicaLostError,
     SamplingParams,
     TokenEvent,
     WeightSpan,
 )
-
-if TYPE_CHECKING:
-    from .engine import UpstreamEngine
+from .stream import UpstreamStream
 
 __all__ = ["MigratingStream", "why_not_continued"]
 
@@ -59,11 +57,22 @@ def why_not_continued(params: SamplingParams, n_sent: int) -> str | None:
     return None
 
 
+class _Owner(Protocol):
+    """What a moving stream needs of its engine (engine.py's `UpstreamEngine`, which imports
+    this module)."""
+
+    @property
+    def settings(self) -> Settings: ...
+    @property
+    def on_migration(self) -> Callable[[str], None] | None: ...
+    async def admit(self, prompt: Sequence[int], params: SamplingParams) -> UpstreamStream: ...
+
+
 class MigratingStream:
     """An upstream sequence's events, moved to another replica when its own is lost."""
 
-    def __init__(self, engine: UpstreamEngine, prompt: Sequence[int], params: SamplingParams,
-                 inner: EventStream):
+    def __init__(self, engine: _Owner, prompt: Sequence[int], params: SamplingParams,
+                 inner: UpstreamStream):
         self._engine = engine
         self._prompt = list(prompt)
         self._params = params
@@ -82,7 +91,7 @@ class MigratingStream:
 
     @property
     def ready(self) -> bool:
-        return bool(getattr(self._inner, "ready", False))
+        return self._inner.ready
 
     async def __anext__(self) -> EngineEvent:
         while True:
@@ -175,17 +184,15 @@ class MigratingStream:
         await self._inner.aclose()
 
 
-def _version_of(stream: EventStream) -> str | None:
+def _version_of(stream: UpstreamStream) -> str | None:
     """The weights label the replica serving `stream` last reported."""
-    replica = getattr(stream, "replica", None)
-    return getattr(replica, "weight_version", None)
+    return stream.replica.weight_version
 
 
-def _adapter_of(stream: EventStream, params: SamplingParams) -> str:
+def _adapter_of(stream: UpstreamStream, params: SamplingParams) -> str:
     """What a sample's version label adds for its adapter: `+lora:<name>@<version>` (as the
     embedded engine labels weights with adapters); "" for the base weights."""
     if params.adapter is None:
         return ""
-    replica = getattr(stream, "replica", None)
-    _, version = getattr(replica, "adapters", {}).get(params.adapter, ("", "?"))
+    _, version = stream.replica.adapters.get(params.adapter, ("", "?"))
     return f"+lora:{params.adapter}@{version}"

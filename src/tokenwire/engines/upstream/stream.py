@@ -13,17 +13,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import aiohttp
 
-from ...errors import ServiceUnavailableError
-from ..base import EngineEvent, FinishEvent, ReplicaLostError, TokenEvent
+from ...errors import ServiceUnavailableError, TokenwireError
+from ..base import EngineEvent, EngineInfo, FinishEvent, ReplicaLostError, TokenEvent
 from .replica import Replica, Seat
 from .transport import MALFORMED, TRANSPORT_ERRORS, json_or_error
-
-if TYPE_CHECKING:
-    from .engine import UpstreamEngine
 
 __all__ = ["ChunkDecoder", "UpstreamStream"]
 
@@ -43,11 +40,20 @@ class ChunkDecoder:
         return []
 
 
+class _Owner(Protocol):
+    """What a replica's stream needs of its engine (engine.py's `UpstreamEngine`, which
+    imports this module)."""
+
+    @property
+    def info(self) -> EngineInfo: ...
+    def protocol_error(self, status: int, body: Any, where: str) -> TokenwireError: ...
+
+
 class UpstreamStream:
     """The events of one upstream response; closing it closes the response (the upstream
     cancels the request) and releases the replica."""
 
-    def __init__(self, engine: UpstreamEngine, replica: Replica,
+    def __init__(self, engine: _Owner, replica: Replica,
                  response: aiohttp.ClientResponse, decoder: ChunkDecoder, seat: Seat):
         self._vocab = engine.info.vocab_size
         self._engine = engine

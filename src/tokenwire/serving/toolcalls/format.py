@@ -23,7 +23,8 @@ import regex
 
 from ...engines.base import Grammar
 from ...protocol.tools import Tool, ToolCall
-from .parser import CallParser
+from .._grammars import tagged
+from .parser import CallParser, ToolCallParser
 
 __all__ = ["ToolFormat", "call_id", "nine_char_id"]
 
@@ -125,8 +126,6 @@ class ToolFormat:
 
     def parser(self) -> CallParser:
         """A parser of one choice's output in this format."""
-        from .parser import ToolCallParser
-
         return ToolCallParser(self)
 
     # -- writing calls (a template that does not write them itself) --------------------------
@@ -176,8 +175,6 @@ class ToolFormat:
         """One or more (`parallel`) calls of the named tools in this format; `lazy`: free text
         until a trigger (tool_choice "auto"). Each tool: (name, its parameters schema, the
         param path of that schema)."""
-        from ..structured import tagged
-
         tags = [(self.begin(name), s if s is not None else {"type": "object"}, at, self.end)
                 for name, s, at in tools]
         triggers: tuple[str, ...] = ()

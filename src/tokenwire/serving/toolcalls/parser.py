@@ -19,16 +19,14 @@ from __future__ import annotations
 
 import json
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import Any, Protocol
 
 from ...engines.base import TokenEvent
 from ..output import Delta
 
-if TYPE_CHECKING:
-    from .format import ToolFormat
-
-__all__ = ["CallParser", "CallPiece", "ParsedCall", "ParsedDelta", "ToolCallParser"]
+__all__ = ["CallParser", "CallPiece", "CallSyntax", "ParsedCall", "ParsedDelta", "ToolCallParser"]
 
 
 @dataclass
@@ -68,11 +66,42 @@ class CallParser(Protocol):
     def finish(self) -> ParsedDelta: ...
 
 
+class CallSyntax(Protocol):
+    """What the parser reads of a format (format.py's `ToolFormat`, which makes its parser):
+    named here so that neither module imports the other's."""
+
+    @property
+    def triggers(self) -> tuple[str, ...]: ...
+    @property
+    def open(self) -> Any: ...  # each pattern a `regex.Pattern[str]`
+    @property
+    def head(self) -> Any: ...
+    @property
+    def tail(self) -> Any: ...
+    @property
+    def sep(self) -> Any: ...
+    @property
+    def next_head(self) -> Any: ...
+    @property
+    def close(self) -> Any | None: ...
+    @property
+    def whole(self) -> Any | None: ...
+    @property
+    def args_end(self) -> str | None: ...
+    @property
+    def json_name(self) -> bool: ...
+    @property
+    def json_wrapped(self) -> bool: ...
+    @property
+    def call_id(self) -> Callable[[], str]: ...
+    def whole_call(self, body: str) -> tuple[str, str] | None: ...
+
+
 _TEXT, _OPEN, _HEAD, _ARGS, _TAIL, _AFTER = range(6)
 
 
 class ToolCallParser:
-    def __init__(self, fmt: ToolFormat):
+    def __init__(self, fmt: CallSyntax):
         self._f = fmt
         self._state = _TEXT
         self._buf = ""  # text not classified yet
