@@ -137,6 +137,16 @@ def test_auto_calls_are_well_formed_when_the_model_makes_them(client: openai.Ope
     assert made, "no seed made a call"
 
 
+JSON_SEEDS = 10 if TEST_UPSTREAM else 50
+"""The fifty-seed JSON schema test's seeds: fifty on the embedded engine, where the grammar
+sampler is ours and the claim (fifty documents, each valid, none cut) is made in full; through
+a gateway, the first ten (one request, n=10: the same body as the first of the fifty). What the
+gateway adds, the schema relayed intact, `n` fanned out with seed + i, `stop` and the text passed
+back, one request shows; the fifty-sample statistics of the grammar behind it are the embedded
+engine's (tokenwire upstream, already checked here fifty times) or llama-server's and vLLM's
+own backends'. (At fifty the vLLM pass spent 66 s on it, the others 12-15 s.)"""
+
+
 def test_fifty_seeds_of_a_json_schema_are_fifty_valid_documents(client: openai.OpenAI) -> None:
     schema = {"type": "object", "additionalProperties": False,
               "required": ["name", "age", "pets"],
@@ -145,7 +155,7 @@ def test_fifty_seeds_of_a_json_schema_are_fifty_valid_documents(client: openai.O
                              "pets": {"type": "array", "maxItems": 3,
                                       "items": {"enum": ["cat", "dog", "fish"]}}}}
     docs = []
-    for seed in range(0, 50, 10):  # n=10: choice i draws with seed + i
+    for seed in range(0, JSON_SEEDS, 10):  # n=10: choice i draws with seed + i
         r = client.chat.completions.create(
             model=MODEL, temperature=1.0, seed=seed, n=10, max_tokens=160,
             messages=[{"role": "user", "content": "Describe a person as JSON."}],
@@ -154,7 +164,7 @@ def test_fifty_seeds_of_a_json_schema_are_fifty_valid_documents(client: openai.O
         for c in r.choices:
             assert c.finish_reason == "stop", c.message.content
             docs.append(json.loads(c.message.content or ""))
-    assert len(docs) == 50
+    assert len(docs) == JSON_SEEDS
     for doc in docs:
         jsonschema.validate(doc, schema)
     assert len({json.dumps(d, sort_keys=True) for d in docs}) > 1  # seeds differ

@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 from tests.conftest import BLOCKED_PHRASE, _free_port, start_server
+from tests.e2e.conftest import free_ports, start_together
 from tests.upstreams import (
     Upstream,
     hf_tokenizer_dir,
@@ -185,9 +186,13 @@ def stream_ids(http: httpx.Client, text: str, kill: Any = None,
 def test_a_stream_moves_to_another_replica_with_its_ids(kind: str, tmp_path: Path) -> None:
     """SIGKILL the replica in the middle of a greedy stream: the gateway continues it on the
     other (prompt + the ids already sent), and the client's ids are the uninterrupted run's."""
-    start = (lambda: llama_server(tmp_path, slots=2, ctx_per_slot=4096)) \
-        if kind == "llama-server" else (lambda: tokenwire_upstream(tmp_path, n_parallel=2))
-    ups = [start(), start()]
+    def start(port: int) -> Upstream:
+        if kind == "llama-server":
+            return llama_server(tmp_path, port=port, slots=2, ctx_per_slot=4096)
+        return tokenwire_upstream(tmp_path, port=port, n_parallel=2)
+
+    # the two replicas start side by side (tests/e2e/conftest.py's `two` says why)
+    ups = start_together(*[lambda port=port: start(port) for port in free_ports(2)])
     try:
         with gateway(tmp_path, engine=kind if kind == "llama-server" else "vllm",
                      upstream=[u.url for u in ups], health_interval=0.3) as http:

@@ -11,10 +11,15 @@ import httpx
 import openai
 import pytest
 
+from tests.conftest import TEST_UPSTREAM
 from tests.upstreams import Upstream, free_port
 from tokenwire.tokenizers.hf import HFTokenizer
 
-pytestmark = pytest.mark.slow
+# Run once, in the main pass: `gemma_server` is a `tokenwire serve --model <Gemma>` process of
+# its own, never the gateway the later passes put in `live_server`, so each gateway pass started
+# and asked the same server again (16-17 s each).
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(bool(TEST_UPSTREAM), reason="embedded engines only: run once")]
 
 
 @pytest.fixture(scope="module")

@@ -16,10 +16,15 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import LiveServer, plain_live_server
+from tests.conftest import TEST_UPSTREAM, LiveServer, plain_live_server
 from tests.upstreams import hf_model_dir
 
-pytestmark = [pytest.mark.engine, pytest.mark.slow]
+# Run once, in the main pass: the loop runs against `plain`, an embedded-engine server of its
+# own, never the gateway the later passes put in `live_server`, so each gateway pass ran the very
+# same loop again (70-76 s each, 3.7 min of `make test`). Through a gateway to real vLLM it runs
+# in tests/e2e/test_vllm.py.
+pytestmark = [pytest.mark.engine, pytest.mark.slow,
+              pytest.mark.skipif(bool(TEST_UPSTREAM), reason="embedded engines only: run once")]
 
 EXAMPLE = Path(__file__).parents[2] / "docs" / "examples" / "rl_loop.py"
 

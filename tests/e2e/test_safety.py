@@ -15,13 +15,18 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import BLOCKED_PHRASE, LiveServer, _free_port, loop_gaps
+from tests.conftest import BLOCKED_PHRASE, TEST_UPSTREAM, LiveServer, _free_port, loop_gaps
 from tests.fakes import MODEL as APP_MODEL  # what make_app serves
 from tokenwire.tokenizers.hf import HFTokenizer
 
 pytestmark = pytest.mark.engine
 
 MODEL = "SmolLM2-135M-Instruct"
+ONCE = pytest.mark.skipif(bool(TEST_UPSTREAM), reason="embedded engines only: run once")
+"""For the tests here that never reach `live_server`: a `tokenwire serve` process of their own,
+or an in-process app on the shared embedded `engine`. A gateway pass (TOKENWIRE_TEST_UPSTREAM)
+changes nothing they run, so they ran the same thing three more times (the shutdown test
+~3.8 s each, the others with the embedded engine loaded into the gateway pass only for them)."""
 
 
 @pytest.fixture(scope="module")
@@ -98,6 +103,7 @@ def test_hostile_bodies_get_clean_400s(http: httpx.Client, body: bytes) -> None:
     assert chat(http, "Say only yes.").status_code == 200
 
 
+@ONCE
 def test_shutdown_drains_in_flight_streams(tmp_path: Path) -> None:
     """SIGTERM: the server stops taking requests and lets a running stream finish."""
     port = _free_port()
@@ -141,6 +147,7 @@ def test_shutdown_drains_in_flight_streams(tmp_path: Path) -> None:
             proc.stderr.close()
 
 
+@ONCE
 @pytest.mark.anyio
 async def test_canonicality_modes_on_the_real_engine(engine, gguf_info, make_app) -> None:  # type: ignore[no-untyped-def]
     tok = gguf_info.tokenizer
@@ -167,6 +174,7 @@ async def test_canonicality_modes_on_the_real_engine(engine, gguf_info, make_app
         assert any(p[i:i + len(odd)] == odd for i in range(len(p)))
 
 
+@ONCE
 @pytest.mark.anyio
 async def test_a_huge_prompt_is_prepared_off_the_event_loop(engine, make_app) -> None:  # type: ignore[no-untyped-def]
     """Encoding, canonicality, policy and template work for an 800k-character message runs in a
@@ -188,6 +196,7 @@ async def test_a_huge_prompt_is_prepared_off_the_event_loop(engine, make_app) ->
     assert max(gaps) < took / 2, (max(gaps), took)
 
 
+@ONCE
 @pytest.mark.anyio
 async def test_the_output_policy_stops_one_choice_on_the_real_engine(  # type: ignore[no-untyped-def]
         engine, tok: HFTokenizer, make_app, tmp_path: Path) -> None:

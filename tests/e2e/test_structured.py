@@ -1,6 +1,7 @@
-"""Issue 25's schema, 50 seeds at temperature 1, on every engine the suite runs (the embedded
-engine, and a gateway in front of tokenwire, llama-server and real vLLM): every document the
-engine's grammar backend enforces is valid; what a backend cannot enforce is refused by name."""
+"""Issue 25's schema, 50 seeds at temperature 1 on the embedded engine, and the first 10 of them
+through a gateway in front of tokenwire, llama-server and real vLLM (SEEDS says why): every
+document the engine's grammar backend enforces is valid; what a backend cannot enforce is
+refused by name."""
 
 from __future__ import annotations
 
@@ -39,12 +40,25 @@ MESSAGES: Any = [
     {"role": "system", "content": 'Answer with one JSON object, such as {"name": "Ada Lovelace",'
                                   ' "age": 36, "code": "ADA", "tags": ["math", "poetry"]}'},
     {"role": "user", "content": "Describe a person."}]
+SEEDS = 10 if TEST_UPSTREAM else 50
+"""Fifty seeds on the embedded engine, where the grammar sampler (llguidance over llama.cpp's
+logits) is ours: the statistical claim, fifty documents valid, is made there, in full. Through a
+gateway (`make test`'s three later passes; at fifty, 112 s of the vLLM pass and 28-34 s of each
+other) what the gateway adds is the relay: the schema sent to the upstream intact (bounds,
+pattern, maxItems; uniqueItems refused by name where the backend would drop it), `n` fanned out
+with seed + i, finish reasons and `length` cuts passed back as they are. One request of n=10
+(the same body as the first of the fifty) checks all of that on every document it returns.
+Behind the tokenwire upstream the grammar is the embedded engine's own, checked fifty times in
+the main pass; behind llama-server and vLLM it is their own backend, whose fifty-sample
+statistics are not what this gateway's tests are for."""
 FREE_RUN = 5
 """At temperature 1, a 135M model's far tail runs a free string (a name, a tag) on past any
 max_tokens in a few seeds of fifty, whatever enforces the grammar (measured at 400 tokens, of
 50: embedded 2, through a gateway to tokenwire 1, to llama-server 0, to real vLLM, its own
 grammar backend, 4): those answers end `length` as a valid prefix (checked), never as an invalid
-document. At most this many of fifty may."""
+document. At most this many of fifty may, and as many of a gateway's ten: where the tail runs
+depends on the seed, not evenly spread (through the tokenwire upstream, 2 of seeds 0-9 when the
+ten were first run; llama-server 1, vLLM 0)."""
 UNIQUE_REFUSED = {
     # llama.cpp's json-schema-to-grammar drops it: refused before it goes (upstream/grammar.py)
     "llama-server": "response_format.json_schema.schema.properties.tags.uniqueItems",
@@ -70,9 +84,10 @@ def valid_prefix(text: str, schema: dict[str, Any]) -> bool:
 
 
 def fifty(client: openai.OpenAI, schema: dict[str, Any]) -> tuple[list[Any], int]:
-    """The complete documents of 50 seeds, and how many ran past max_tokens (valid so far)."""
+    """The complete documents of SEEDS seeds (50 on the embedded engine), and how many ran past
+    max_tokens (valid so far)."""
     docs, cut = [], 0
-    for seed in range(0, 50, 10):  # n=10: choice i draws with seed + i
+    for seed in range(0, SEEDS, 10):  # n=10: choice i draws with seed + i
         r = client.chat.completions.create(
             model=MODEL, temperature=1.0, seed=seed, n=10, max_tokens=400, messages=MESSAGES,
             response_format={"type": "json_schema",
@@ -99,12 +114,15 @@ def test_fifty_seeds_of_the_schema_are_fifty_valid_documents(client: openai.Open
     else:
         schema = SCHEMA
     docs, cut = fifty(client, schema)
-    assert len(docs) + cut == 50 and cut <= FREE_RUN, cut
+    assert len(docs) + cut == SEEDS and cut <= FREE_RUN, cut
     for doc in docs:
         jsonschema.validate(doc, schema)
     if schema is SCHEMA:
         assert any(len(d["tags"]) > 1 for d in docs)  # uniqueness had something to keep
-    assert len({json.dumps(d, sort_keys=True) for d in docs}) > 40  # seeds differ
+    distinct = len({json.dumps(d, sort_keys=True) for d in docs})
+    # seeds differ: more than 40 of fifty on the embedded engine; of a gateway's ten, more than
+    # half of those not cut (a gateway that sent one seed to every choice would give one)
+    assert distinct > (40 if SEEDS == 50 else len(docs) // 2), distinct
 
 
 def test_a_keyword_no_backend_enforces_is_refused_by_name(client: openai.OpenAI) -> None:
