@@ -7,8 +7,16 @@ vllm-router (vLLM's Rust router), side by side in one run, alternating rounds.
 2. The relay ceiling: tokens/s each gateway relays from an upstream that costs nothing (a stub
    replaying that vLLM's recorded responses as fast as the socket takes them, bench/_stub.py,
    in its own process), with many streams at once.
+3. With `--paced-ms`: CPU per relayed token from that stub paced as an engine's decode steps
+   (each event its own read), 1 and 8 streams, long runs (thousands of tokens per contender
+   per round, so CPU-time ticks do not count), tokenwire with one worker and with the
+   default's (one per core); `--profile` samples the one-worker tokenwire with py-spy (in
+   .venv-routers) meanwhile and writes where its CPU goes beside the JSON.
 
     .venv/bin/python bench/gateways.py [--rounds 3 --tokens 128 --relay-streams 16]
+    .venv/bin/python bench/gateways.py --record rec.json --tokens 1024   # vLLM, once
+    .venv/bin/python bench/gateways.py --skip-vllm --recorded rec.json --paced-ms 4 \
+        --profile --json docs/hot-path.json
 
 smg and vllm-router install from the registry (`make bench` puts them in .venv-routers;
 `--routers DIR` names another bin directory). One stream swings +-25% from run to run here:
@@ -21,7 +29,9 @@ import argparse
 import asyncio
 import json
 import os
+import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -248,6 +258,104 @@ def figure(results: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
+def paced(args: argparse.Namespace, tmp: Path) -> None:
+    """Section 3: CPU per token from a stub paced as an engine (see the docstring)."""
+    if args.recorded is None:
+        raise SystemExit("--paced-ms needs --recorded (make one with --record)")
+    recorded = json.loads(args.recorded.read_text())
+    tokens = len(recorded["chat"]) - 2  # the role chunk and the usage chunk
+    port = free_port()
+    started: list[Server] = []
+
+    def start(s: Server) -> Server:
+        started.append(s)
+        s.start(timeout=400)
+        return s
+
+    spy: subprocess.Popen[bytes] | None = None
+    raw = tmp / "tokenwire.spy"
+    try:
+        stub = start(Server("stub", [sys.executable, str(ROOT / "bench" / "_stub.py"),
+                                     "--port", str(port), "--recorded", str(args.recorded),
+                                     "--tokenizer", str(default_model_path()),
+                                     "--interval-ms", str(args.paced_ms)], port, "/health",
+                            tmp / "stub.log"))
+        servers: dict[str, Server | None] = {"__direct__": stub}
+        names = ["python floor", "tokenwire", f"tokenwire x{args.workers}", "smg", "vllm-router"]
+        for g in names:
+            if g.startswith("tokenwire"):
+                w = 1 if g == "tokenwire" else args.workers
+                servers[g] = start(gateway("tokenwire", stub.url, tmp, args.routers, w))
+            else:
+                servers[g] = start(gateway(g, stub.url, tmp, args.routers))
+        tw = servers["tokenwire"]
+        if args.profile and tw is not None and tw.proc is not None:
+            spy = subprocess.Popen([str(args.routers / "py-spy"), "record", "--pid",
+                                    str(tw.proc.pid), "--rate", "250", "--format", "raw",
+                                    "--output", str(raw), "--nonblocking"],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        print(f"paced {args.paced_ms} ms per event, {tokens} tokens a stream: "
+              f"{args.rounds} rounds", flush=True)
+        results = {"tokens": tokens, "rounds": args.rounds, "paced_ms": args.paced_ms,
+                   "paced": rounds_of(names, servers, args.rounds, {
+                       "streamed chat, 1 stream": lambda u, m: streams(u, m, tokens, 1, 2),
+                       "streamed chat, 8 streams": lambda u, m: streams(u, m, tokens, 8)})}
+        report(results["paced"], names, None)
+        for w, per in results["paced"].items():
+            floor = [r["cpu_ms_per_token"] for r in per["python floor"]]
+            for g in names[1:]:
+                ratios = [r["cpu_ms_per_token"] / f for r, f in zip(per[g], floor, strict=True)
+                          if r["cpu_ms_per_token"] and f]
+                print(f"{w}: {g} / floor per round: " + ", ".join(f"{x:.2f}" for x in ratios))
+        args.json.write_text(json.dumps(results, indent=1) + "\n")
+        print(f"wrote {args.json}")
+    finally:
+        if spy is not None:
+            spy.send_signal(signal.SIGINT)  # py-spy writes what it sampled
+            spy.wait(timeout=60)
+        for s in started:
+            s.stop()
+    if spy is not None and raw.exists():
+        text = spy_report(raw.read_text())
+        path = args.json.with_name(args.json.stem + "-profile.txt")
+        path.write_text(text)
+        print(text)
+        print(f"wrote {path}")
+
+
+def spy_report(raw: str, top: int = 30) -> str:
+    """py-spy's collapsed stacks as two tables: the functions the samples were in (self), and
+    the modules of tokenwire's a sample passed through (inclusive), as shares of all samples."""
+    own: dict[str, int] = {}
+    through: dict[str, int] = {}
+    total = 0
+    for line in raw.splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        n = int(count)
+        total += n
+        frames = stack.split(";")
+        leaf = frames[-1].split(":")[0] + ")" if ":" in frames[-1] else frames[-1]
+        own[leaf] = own.get(leaf, 0) + n
+        seen = set()
+        for fr in frames:
+            path = fr.partition("(")[2].split(":")[0]
+            if "tokenwire/" in path:
+                mod = path[path.index("tokenwire/"):]
+                if mod not in seen:
+                    seen.add(mod)
+                    through[mod] = through.get(mod, 0) + n
+    lines = [f"{total} samples (250/s) of the one-worker tokenwire's busy threads", "",
+             "| self % | function (file) |", "|---|---|"]
+    for name, n in sorted(own.items(), key=lambda kv: -kv[1])[:top]:
+        lines.append(f"| {100 * n / total:.1f} | {name} |")
+    lines += ["", "| inclusive % | tokenwire module |", "|---|---|"]
+    for name, n in sorted(through.items(), key=lambda kv: -kv[1])[:top]:
+        lines.append(f"| {100 * n / total:.1f} | {name} |")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rounds", type=int, default=3)
@@ -263,12 +371,29 @@ def main() -> None:
     p.add_argument("--recorded", type=Path, default=None)
     p.add_argument("--json", type=Path, default=ROOT / "docs" / "gateways.json")
     p.add_argument("--plot-only", action="store_true", help="redraw the figure from --json")
+    p.add_argument("--record", type=Path, default=None,
+                   help="only record vLLM's responses (at --tokens) into this file")
+    p.add_argument("--paced-ms", type=float, default=0.0,
+                   help="also CPU per token from the stub paced this many ms per event")
+    p.add_argument("--profile", action="store_true",
+                   help="sample the one-worker tokenwire of the paced runs (py-spy)")
     args = p.parse_args()
     png = args.json.with_suffix(".png")
     if args.plot_only:
         figure(json.loads(args.json.read_text()), png)
         return
     tmp = Path(tempfile.mkdtemp(prefix="tw-gateways-"))
+    if args.record is not None:
+        vllm = vllm_server(tmp)
+        try:
+            args.record.write_text(json.dumps(record(vllm.url, args.tokens, args.n)))
+        finally:
+            vllm.stop()
+        print(f"wrote {args.record}")
+        return
+    if args.paced_ms:
+        paced(args, tmp)
+        return
     results: dict[str, Any] = {"tokens": args.tokens, "rounds": args.rounds}
     names = ["direct", *GATEWAYS]
     started: list[Server] = []

@@ -226,3 +226,15 @@ def test_the_files_a_page_names_exist(page: Path) -> None:
     missing = [p for p in OURS.findall(text) if not (ROOT / p).exists()]
     missing += [p for p in PACKAGE.findall(text) if not (ROOT / "src" / "tokenwire" / p).exists()]
     assert missing == []
+
+
+def test_the_hot_path_figures_are_its_benchmarks_json() -> None:
+    """docs/hot-path.md's table is docs/hot-path.json's medians (bench/gateways.py --paced-ms)."""
+    bench = json.loads((ROOT / "docs" / "hot-path.json").read_text())
+    text = (ROOT / "docs" / "hot-path.md").read_text()
+    header = next(ln for ln in text.splitlines() if ln.startswith("| CPU ms / token |"))
+    names = [c.strip() for c in header.strip("|").split("|")][1:]
+    for workload, per in bench["paced"].items():
+        row = next(ln for ln in text.splitlines() if ln.startswith(f"| {workload} |"))
+        cells = [c.strip() for c in row.strip("|").split("|")][1:]
+        assert cells == [f"{_median(per[n], 'cpu_ms_per_token'):.3f}" for n in names], workload
