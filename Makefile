@@ -41,7 +41,7 @@ STRANDS_INSTALLED := $(STRANDS)/.installed
 # vLLM's router, from the registry, in a virtualenv of their own
 ROUTERS := .venv-routers
 ROUTERS_INSTALLED := $(ROUTERS)/.installed
-ROUTER_PKGS := smg==1.13.0 vllm-router==0.1.17
+ROUTER_PKGS := smg==1.13.0 vllm-router==0.1.17 py-spy==0.4.3
 # the PostgreSQL server tests/storage starts itself: Debian's package, installed when missing
 # (CI runs as root on a fresh machine)
 POSTGRES_INSTALLED := $(VENV)/.postgresql-installed
