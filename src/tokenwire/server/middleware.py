@@ -16,7 +16,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ..errors import AuthenticationError, RequestTooLargeError
 from ..metrics import UNMATCHED, Metrics
 from ..serving.plan import Caller
-from .errors import render_error
+from .errors import render_error, shape_of
 
 __all__ = ["API_KEY_STATE", "ApiKeyAuth", "BodyLimit", "RequestMetrics", "caller_of"]
 
@@ -110,7 +110,7 @@ class ApiKeyAuth:
         if key is None:
             msg = ("Missing API key: send Authorization: Bearer <key>" if not header
                    else "Incorrect API key provided")
-            await render_error(AuthenticationError(msg), path)(scope, receive, send)
+            await render_error(AuthenticationError(msg), shape_of(scope))(scope, receive, send)
             return
         scope.setdefault("state", {})[API_KEY_STATE] = key.decode()  # who is asking, for serving
         await self.app(scope, receive, send)
@@ -132,7 +132,7 @@ class BodyLimit:
             return
         length = dict(scope["headers"]).get(b"content-length")
         if length is not None and (not length.isdigit() or int(length) > self.max_bytes):
-            await render_error(self._too_large(), scope["path"])(scope, receive, send)
+            await render_error(self._too_large(), shape_of(scope))(scope, receive, send)
             return
         seen = 0
 

@@ -27,7 +27,7 @@ from ..protocol.tokenize import (
     TokenizerList,
     TranslateRequest,
 )
-from ..serving.anthropic import MessagesService
+from ..serving.anthropic import MessagesService, error_body
 from ..serving.chat import ChatService
 from ..serving.completions import CompletionService
 from ..serving.generate import GenerateService
@@ -36,6 +36,7 @@ from ..serving.models import ModelRegistry, ServedModel
 from ..serving.responses import ResponsesService
 from ..serving.tokenize import TokenizeService
 from ._json import ModelResponse
+from .errors import ApiRoute, ErrorShape
 from .middleware import caller_of
 from .sse import SSEResponse
 from .validation import parse_body
@@ -43,6 +44,10 @@ from .validation import parse_body
 __all__ = ["routes"]
 
 T = TypeVar("T")
+
+ANTHROPIC_ERRORS = ErrorShape(lambda exc: error_body(exc).model_dump(mode="json"),
+                              under="/v1/messages/")
+"""The Messages API answers its errors in Anthropic's shape."""
 
 
 class _ClientGone(Exception):
@@ -263,8 +268,9 @@ routes = [
     Route("/v1/chat/completions", chat_completions, methods=["POST"]),
     Route("/v1/chat/completions/render", render_chat, methods=["POST"]),
     Route("/v1/responses", responses, methods=["POST"]),
-    Route("/v1/messages", messages, methods=["POST"]),
-    Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
+    ApiRoute("/v1/messages", messages, methods=["POST"], errors=ANTHROPIC_ERRORS),
+    ApiRoute("/v1/messages/count_tokens", count_tokens, methods=["POST"],
+             errors=ANTHROPIC_ERRORS),
     Route("/v1/completions", completions, methods=["POST"]),
     Route("/inference/v1/generate", generate, methods=["POST"]),
     Route("/v1/tokenize", tokenize, methods=["POST"]),
