@@ -595,7 +595,7 @@ async def test_grammars_go_upstream_in_each_protocols_fields(tok, gguf_info, mod
     SGLang: `json_schema` / `structural_tag`, llama-server: `json_schema`, and tool calls as
     `grammar` with `grammar_lazy` and `grammar_triggers` (server-task.cpp)."""
     from tokenwire.engines.upstream.gbnf import tags_gbnf
-    from tokenwire.engines.upstream.grammar import structural_tag
+    from tokenwire.engines.xgrammar import structural_tag
     from tokenwire.serving import structured
     from tokenwire.serving.toolcalls import HERMES
 

@@ -47,7 +47,8 @@ from .base import (
     WeightSpan,
 )
 from .upstream import ChunkDecoder, Replica, UpstreamEngine, UpstreamInfo
-from .upstream.grammar import check_schema, structural_tag, xgrammar_drops
+from .upstream.grammar import check_schema, xgrammar_drops
+from .xgrammar import structural_tag
 
 __all__ = ["SGLangEngine"]
 

@@ -48,7 +48,8 @@ from .base import (
     WeightSpan,
 )
 from .upstream import ChunkDecoder, Replica, UpstreamEngine, UpstreamInfo
-from .upstream.grammar import check_schema, structural_tag, vllm_drops
+from .upstream.grammar import check_schema, vllm_drops
+from .xgrammar import structural_tag
 
 __all__ = ["VllmEngine"]
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from ..config import Settings
 from ..engines.base import Grammar, Thought, TokenEvent
-from ..engines.upstream.grammar import structural_tag
+from ..engines.xgrammar import structural_tag
 from ..errors import InvalidRequestError, TokenwireError, UnsupportedParameterError
 from ..metrics import Metrics
 from ..protocol.chat import (

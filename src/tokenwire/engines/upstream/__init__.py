@@ -28,17 +28,16 @@ One job a module:
   stream.py     `ChunkDecoder`, and reading one response into engine events
   transport.py  the aiohttp session and the helper requests (why aiohttp: its docstring)
   errors.py     `upstream_error`: an upstream's error body in our tree
-  grammar.py    grammars in the upstreams' terms: `structural_tag` (vLLM, SGLang), and the
-                schema keywords a backend would drop, refused by name
+  grammar.py    grammars in the upstreams' terms: the schema keywords a backend would
+                drop, refused by name (`structural_tag`: engines/xgrammar.py)
   gbnf.py       tool calls as GBNF, for llama-server
 """
 
 from .engine import UpstreamEngine
 from .errors import upstream_error
-from .grammar import structural_tag
 from .replica import Replica, UpstreamInfo
 from .stream import ChunkDecoder
 from .transport import UpstreamStatusError
 
 __all__ = ["ChunkDecoder", "Replica", "UpstreamEngine", "UpstreamInfo", "UpstreamStatusError",
-           "structural_tag", "upstream_error"]
+           "upstream_error"]

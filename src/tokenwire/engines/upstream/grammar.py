@@ -1,7 +1,8 @@
 """Grammars in the upstreams' own terms, so that each upstream's grammar backend enforces them:
 a JSON schema as itself, tagged spans (tool calls) as a `structural_tag` (vLLM, SGLang: both
-compile it with xgrammar), and the keywords a backend would silently drop refused by name and
-place (an upstream that refuses a schema itself, as vLLM does, answers with its own 400).
+compile it with xgrammar: engines/xgrammar.py), and the keywords a backend would silently
+drop refused by name and place (an upstream that refuses a schema itself, as vLLM does,
+answers with its own 400).
 """
 
 from __future__ import annotations
@@ -12,10 +13,10 @@ from collections.abc import Callable
 from typing import Any
 
 from ...errors import UnsupportedParameterError
-from ..base import Grammar, StructuralTag
+from ..base import Grammar
 
 __all__ = ["LLAMA_SERVER_KEYWORDS", "check_schema", "client_param", "llama_server_drops",
-           "structural_tag", "vllm_drops", "xgrammar_drops"]
+           "vllm_drops", "xgrammar_drops"]
 
 _ANNOTATIONS = frozenset({
     "title", "description", "default", "examples", "$schema", "$id", "$comment", "deprecated",
@@ -129,39 +130,6 @@ def check_schema(grammar: Grammar, drops: Callable[[dict[str, Any], str], None])
         _walk(json.loads(grammar.json_schema), grammar.param, drops)
     for tag in grammar.tags:
         _walk(json.loads(tag.schema), tag.param or grammar.param, drops)
-
-
-def _tag(t: StructuralTag) -> dict[str, Any]:
-    return {"type": "tag", "begin": t.begin, "end": t.end,
-            "content": {"type": "json_schema", "json_schema": json.loads(t.schema)}}
-
-
-def structural_tag(grammar: Grammar) -> str:
-    """Tagged spans as vLLM's and SGLang's `structural_tag`. Hermes-shaped calls (a newline
-    apart, no section) when lazy: the legacy shape both read (vllm/sampling_params.py
-    StructuredOutputsParams, SGLang's sampling_params.py): free text until a trigger, then the
-    structures. Otherwise xgrammar's `format` shape (xgrammar/structural_tag.py, as its builtin
-    tags for each family spell them): tags `separator` apart, at least one (only one unless
-    `parallel`), inside a `tag` for a section; lazy: `triggered_tags` around them."""
-    if grammar.lazy and grammar.section == ("", "") and grammar.separator == "\n":
-        return json.dumps({
-            "type": "structural_tag",
-            "structures": [{"begin": t.begin, "schema": json.loads(t.schema), "end": t.end}
-                           for t in grammar.tags],
-            "triggers": list(grammar.triggers),
-        }, ensure_ascii=False)
-    calls: dict[str, Any] = {
-        "type": "tags_with_separator", "tags": [_tag(t) for t in grammar.tags],
-        "separator": grammar.separator, "at_least_one": True,
-        "stop_after_first": not grammar.parallel}
-    opening, closing = grammar.section
-    if opening or closing:
-        calls = {"type": "tag", "begin": opening, "content": calls, "end": closing}
-    if grammar.lazy:
-        calls = {"type": "triggered_tags", "triggers": list(grammar.triggers),
-                 "tags": [calls] if opening else calls["tags"],
-                 "stop_after_first": not grammar.parallel}
-    return json.dumps({"type": "structural_tag", "format": calls}, ensure_ascii=False)
 
 
 _SENT_AS = re.compile(r"^(?:sampling_params\.)?structured_outputs\.(?:json(?![\w])|structural_tag\."
