@@ -53,8 +53,8 @@ from .guard import Guard
 from .logprobs import chat_logprobs, prompt_logprobs
 from .messages import (
     Conversation,
+    carries_ids,
     drift_warnings,
-    message_id_spans,
     message_texts,
     render_messages,
     sampled_openings,
@@ -340,8 +340,8 @@ class ChatService(GenerationService):
                               prompt_logprobs=req.prompt_logprobs is not None)
         check_sampling_mask(model, temperature=req.temperature, top_k=req.top_k)
         constraints = resolve_constraints(req, model.engine.info, model.id, model.tools)
-        spans = message_id_spans(req.messages)
-        space = self._space(model, req.tokenizer_version, req.tokenizer_fallback, bool(spans))
+        sent_ids = carries_ids(req.messages)
+        space = self._space(model, req.tokenizer_version, req.tokenizer_fallback, sent_ids)
         if space.translate:
             _check_translatable(req, constraints)
         check_id_range([IdSpan("stop_token_ids", req.stop_token_ids or [])],
@@ -400,7 +400,7 @@ class ChatService(GenerationService):
         return ChatPlan(req=req, model=model, space=space, conv=conv, constraints=constraints,
                      budget=budget, prompt=prompt, extras=extras, echo=_echo(req, space),
                      reasoning=reasoning,
-                     sent_ids=bool(spans), skip_special=bool(req.skip_special_tokens),
+                     sent_ids=sent_ids, skip_special=bool(req.skip_special_tokens),
                      shows_ids=bool(req.response_format_tokens) or req.return_token_ids,
                      id=f"chatcmpl-{req.request_id or uuid.uuid4().hex}",
                      warnings=warnings or None,

@@ -21,9 +21,9 @@ from .template import RESERVED, RESERVED_VARIABLES, ChatTemplate, TemplateMessag
 from .tokens import IdSpan, TokenSpace
 from .toolcalls import HERMES, ToolFormat
 
-__all__ = ["Conversation", "check_messages", "check_tools", "drift_warnings", "ends_turn",
-           "message_id_spans",
-           "message_texts", "render_messages", "template_variables", "tool_texts"]
+__all__ = ["Conversation", "carries_ids", "check_messages", "check_tools", "drift_warnings",
+           "ends_turn", "message_id_spans", "message_texts", "render_messages",
+           "template_variables", "tool_texts"]
 
 
 def check_messages(messages: Sequence[ChatMessage]) -> None:
@@ -56,6 +56,17 @@ def ends_turn(m: ChatMessage, special: frozenset[int]) -> bool:
     its turn (vLLM's `token_ids` keep it): the render puts it where the template closes the
     turn, and its `sampled_mask` marks it; anywhere else it is refused."""
     return m.role == "assistant" and bool(m.token_ids) and m.token_ids[-1] in special  # type: ignore[index]
+
+
+def carries_ids(messages: Sequence[ChatMessage]) -> bool:
+    """Does any message carry ids (`token_ids`, `input_tokens` blocks)? What the token space is
+    resolved by; the spans themselves are built once, by the guard's checks."""
+    for m in messages:
+        c = m.content
+        if m.token_ids is not None or isinstance(c, InputTokensBlock) or (
+                isinstance(c, list) and any(isinstance(b, InputTokensBlock) for b in c)):
+            return True
+    return False
 
 
 def message_id_spans(messages: Sequence[ChatMessage],

@@ -26,7 +26,7 @@ from ..tokenizers.conversions import conversion_reason
 from ..tokenizers.registry import TokenizerEntry, TokenizerRegistry
 from ..tokenizers.translate import translator
 from .guard import Guard
-from .messages import message_id_spans, render_messages, sampled_openings
+from .messages import carries_ids, render_messages, sampled_openings
 from .models import ModelRegistry, ServedModel
 from .plan import ANONYMOUS, Caller
 from .template import ChatTemplate
@@ -115,8 +115,8 @@ class TokenizeService:
                 "continue_final_message continues the last of the messages; it needs them and "
                 "add_generation_prompt false", param="continue_final_message",
                 code="invalid_value")
-        spans = message_id_spans(req.messages) if req.messages is not None else []
-        space, model = self._target(req.model, req.tokenizer_version, carries_ids=bool(spans))
+        sent = req.messages is not None and carries_ids(req.messages)
+        space, model = self._target(req.model, req.tokenizer_version, carries_ids=sent)
         entry = space.model
         tok = entry.tokenizer
         extra: dict[str, Any] = {}
