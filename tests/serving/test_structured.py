@@ -18,10 +18,10 @@ from tokenwire.engines.upstream.gbnf import tags_gbnf
 from tokenwire.engines.upstream.grammar import (
     check_schema,
     llama_server_drops,
-    structural_tag,
     vllm_drops,
     xgrammar_drops,
 )
+from tokenwire.engines.xgrammar import structural_tag
 from tokenwire.errors import InvalidRequestError, UnsupportedParameterError
 from tokenwire.serving import structured
 from tokenwire.serving.toolcalls import HERMES
