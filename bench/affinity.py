@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.upstreams import Upstream, free_port, tokenwire_upstream  # noqa: E402
 
 from tokenwire.config import default_model_path  # noqa: E402
-from tokenwire.engines.routing import PrefixRouter  # noqa: E402
+from tokenwire.engines.upstream.routing import PrefixRouter  # noqa: E402
 
 MODEL = "SmolLM2-135M-Instruct"
 SYSTEMS = [  # two long shared system prompts; a third of the conversations use the default

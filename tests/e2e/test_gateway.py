@@ -28,10 +28,10 @@ from tests.upstreams import (
     tokenwire_upstream,
 )
 from tokenwire.config import Settings, default_model_path
-from tokenwire.engines._control import content_version
+from tokenwire.engines._llama_control import content_version
 from tokenwire.engines.base import SamplingParams, TokenEvent
 from tokenwire.engines.llamacpp import LlamaCppEngine
-from tokenwire.engines.routing import PrefixRouter
+from tokenwire.engines.upstream.routing import PrefixRouter
 from tokenwire.server.app import create_app
 from tokenwire.tokenizers.hf import HFTokenizer
 

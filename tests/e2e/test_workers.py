@@ -22,7 +22,7 @@ import pytest
 from tests.conftest import _free_port
 from tests.upstreams import Upstream
 from tokenwire.config import default_model_path
-from tokenwire.engines.routing import PrefixRouter
+from tokenwire.engines.upstream.routing import PrefixRouter
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from tokenwire.engines.routing import PrefixRouter
+from tokenwire.engines.upstream.routing import PrefixRouter
 
 UP2 = [True, True]
 IDLE2 = [0, 0]
@@ -108,7 +108,7 @@ def test_memory_is_bounded() -> None:
 def test_routing_work_does_not_grow_with_memory(monkeypatch: pytest.MonkeyPatch) -> None:
     """Many remembered short prompts are not scanned one by one for each request: a lookup
     hashes at most one block's worth of candidate lengths per matching block."""
-    from tokenwire.engines import routing
+    from tokenwire.engines.upstream import routing
 
     router = PrefixRouter(2)
     for i in range(5_000):

@@ -7,7 +7,7 @@ with its own C-side sampler chain. Events cross to the asyncio side through
 `loop.call_soon_threadsafe`, so model compute never blocks the event loop. A consumer that stops
 iterating marks its sequence cancelled; the worker frees the slot before the next decode.
 
-The control plane (vLLM's RL endpoints, `_control.py`) runs on the worker thread too, between
+The control plane (vLLM's RL endpoints, `_llama_control.py`) runs on the worker thread too, between
 two decodes: pausing (abort, drain, or freeze the batch), new weights (a GGUF, LoRA adapters)
 and their version label, which every sampled token is stamped with (`weight_versions`).
 """
@@ -38,7 +38,6 @@ from ..errors import (
 )
 from ..tokenizers.hf import HFTokenizer
 from ..tokenizers.probe import TokenizerParityError, first_mismatch
-from ._control import REPLICA, PauseMode, answer, content_version
 from ._events import QueuedEvents
 from ._guide import Guide, GuideError, Guides
 from ._llama import (
@@ -48,6 +47,7 @@ from ._llama import (
     Sampler,
     log_softmax,
 )
+from ._llama_control import REPLICA, PauseMode, answer, content_version
 from ._slots import MIN_COPY, Slots, common_prefix
 from .base import (
     LOGPROB_FLOOR,
@@ -720,7 +720,7 @@ class LlamaCppEngine(EngineBase):
     # -- the control plane (on the worker thread, between decodes) --------------------------
 
     async def control(self, call: ControlCall) -> list[ControlAnswer]:
-        """vLLM's RL endpoints, answered by this engine (_control.py); one replica: nothing
+        """vLLM's RL endpoints, answered by this engine (_llama_control.py); one replica: nothing
         to hold (a paused engine queues requests until it resumes)."""
         return [await answer(self, call)]
 

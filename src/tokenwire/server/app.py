@@ -25,7 +25,7 @@ from ..serving.guard import Guard
 from ..serving.loader import load_models
 from ..serving.models import ModelRegistry
 from ..serving.responses import ResponsesService, StoredResponses
-from ..serving.stored import StoredCompletions
+from ..serving.stored_completions import StoredCompletions
 from ..serving.tokenize import TokenizeService
 from ..storage import Store, open_store
 from ..storage.retention import expire_forever

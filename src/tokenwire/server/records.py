@@ -25,7 +25,7 @@ from ..protocol.storage import (
 )
 from ..serving.documents import DocumentService
 from ..serving.responses import StoredResponses
-from ..serving.stored import StoredCompletions
+from ..serving.stored_completions import StoredCompletions
 from ._json import ModelResponse
 from .middleware import caller_of
 from .validation import parse_body

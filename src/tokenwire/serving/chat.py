@@ -62,14 +62,6 @@ from .messages import (
 )
 from .models import ModelRegistry, ServedModel
 from .output import Delta
-from .plan import (
-    ANONYMOUS,
-    Caller,
-    GenerationService,
-    Plan,
-    check_engine_features,
-    check_sampling_mask,
-)
 from .prefix import PromptPrefix, continued
 from .reasoning import ReasoningFormat
 from .sampling import (
@@ -80,7 +72,15 @@ from .sampling import (
     vllm_params,
     weight_bound,
 )
-from .stored import StoredCompletions
+from .service import (
+    ANONYMOUS,
+    Caller,
+    GenerationService,
+    Plan,
+    check_engine_features,
+    check_sampling_mask,
+)
+from .stored_completions import StoredCompletions
 from .structured import Constraints, resolve_constraints
 from .template import ChatTemplate
 from .tokens import IdSpan, TokenSpace, check_id_range

@@ -34,7 +34,8 @@ from .generation import (
     wire_spans,
 )
 from .logprobs import LegacyLogprobs
-from .plan import (
+from .sampling import choice_params, completion_budget, truncate_prompt, vllm_params, weight_bound
+from .service import (
     ANONYMOUS,
     Caller,
     GenerationService,
@@ -42,7 +43,6 @@ from .plan import (
     check_engine_features,
     check_sampling_mask,
 )
-from .sampling import choice_params, completion_budget, truncate_prompt, vllm_params, weight_bound
 from .tokens import IdSpan, check_id_range
 
 __all__ = ["CompletionService"]

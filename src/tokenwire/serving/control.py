@@ -24,8 +24,8 @@ from ..errors import (
 )
 from ..protocol.control import RollingUpdateBody
 from .models import ModelRegistry
-from .plan import Caller
 from .rolling import RollingUpdates
+from .service import Caller
 
 __all__ = ["ControlService"]
 

@@ -35,7 +35,7 @@ from ..tokenizers.conversions import conversion_reason
 from ..tokenizers.registry import TokenizerEntry, TokenizerRegistry
 from ..tokenizers.translate import translator
 from .models import ModelRegistry
-from .plan import Caller
+from .service import Caller
 from .tokens import IdSpan, check_id_range, check_special_ids
 
 __all__ = ["MAX_DOCUMENTS", "DocumentService"]

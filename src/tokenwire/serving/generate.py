@@ -41,7 +41,8 @@ from .generation import (
 )
 from .logprobs import MISSING_LOGPROB, prompt_logprob_rows
 from .models import ServedModel
-from .plan import (
+from .sampling import choice_params, completion_budget, vllm_params, weight_bound
+from .service import (
     ANONYMOUS,
     Caller,
     GenerationService,
@@ -49,7 +50,6 @@ from .plan import (
     check_engine_features,
     check_sampling_mask,
 )
-from .sampling import choice_params, completion_budget, vllm_params, weight_bound
 from .tokens import IdSpan, check_id_range, resolve_token_space
 
 __all__ = ["GenerateService"]

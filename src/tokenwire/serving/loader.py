@@ -13,7 +13,7 @@ import dataclasses
 import logging
 
 from ..config import Settings
-from ..engines.registry import create_engine
+from ..engines.factories import create_engine
 from ..engines.spec import EngineSpec
 from ..tokenizers.base import Tokenizer
 from ..tokenizers.hf import HFTokenizer

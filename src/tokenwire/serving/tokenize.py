@@ -28,7 +28,7 @@ from ..tokenizers.translate import translator
 from .guard import Guard
 from .messages import carries_ids, render_messages, sampled_openings
 from .models import ModelRegistry, ServedModel
-from .plan import ANONYMOUS, Caller
+from .service import ANONYMOUS, Caller
 from .template import ChatTemplate
 from .tokens import IdSpan, TokenSpace, check_id_range, resolve_token_space
 from .toolcalls import HERMES, template_version

@@ -44,15 +44,15 @@ from ..base import (
     SamplingParams,
     check_prompt,
 )
-from ..routing import PrefixRouter
 from ..spec import EngineSpec
 from .board import Board
-from .control import FleetControl
 from .errors import upstream_error
+from .fleet import FleetControl
 from .grammar import client_param
 from .health import Health
 from .migration import MigratingStream
 from .replica import Replica, Seat, UpstreamInfo
+from .routing import PrefixRouter
 from .stream import ChunkDecoder, UpstreamStream
 from .transport import TRANSPORT_ERRORS, Transport, json_or_error
 
@@ -119,7 +119,7 @@ class UpstreamEngine(EngineBase):
         raise NotImplementedError
 
     def control_request(self, call: ControlCall) -> tuple[str, str, Any]:
-        """The method, path and JSON body that make a replica do `call` (control.py); an
+        """The method, path and JSON body that make a replica do `call` (fleet.py); an
         engine without a control plane refuses by name (the default)."""
         raise UnsupportedParameterError(
             f"the {self.name} engine has no control plane: {call.op} cannot reach its "
@@ -132,7 +132,7 @@ class UpstreamEngine(EngineBase):
         return status, body
 
     async def control(self, call: ControlCall) -> list[ControlAnswer]:
-        """`call` on every replica (control.py)."""
+        """`call` on every replica (fleet.py)."""
         return await self.fleet.call(call)
 
     async def adapters_of(self, replica: Replica) -> dict[str, str] | None:

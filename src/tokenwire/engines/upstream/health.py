@@ -22,7 +22,7 @@ import aiohttp
 from ...tokenizers.probe import TokenizerParityError, first_mismatch
 from ..base import EngineStartError
 from ..spec import EngineSpec
-from .control import FleetControl
+from .fleet import FleetControl
 from .replica import Replica, UpstreamInfo
 from .transport import MALFORMED, TRANSPORT_ERRORS, UpstreamStatusError
 

@@ -67,7 +67,7 @@ from ..guard import Guard
 from ..items import ItemAssembler, new_id
 from ..models import ModelRegistry
 from ..params import ParamMap
-from ..plan import Caller, GenerationService, run_whole
+from ..service import Caller, GenerationService, run_whole
 from ..tokenize import TokenizeService
 from .input import (
     chat_messages,

@@ -9,7 +9,7 @@ same way, with the same ids.
 With a store, a response is kept (`store`, OpenAI's default) before the client hears it is
 done: a whole one before it is returned, a stream's before its last lifecycle event (a stream
 that fails or is cut short is not kept). `previous_response_id` continues a kept one from its
-exact ids (stored.py).
+exact ids (stored_responses.py).
 
 Errors before the first event are plain HTTP errors (`stream` returns its iterator only once
 the request is admitted); an error after it ends the stream with `response.failed`, whose
@@ -48,9 +48,9 @@ from ..guard import Guard
 from ..items import ItemAssembler, new_id
 from ..models import ModelRegistry
 from ..params import ParamMap
-from ..plan import ANONYMOUS, Caller, GenerationService, run_whole
+from ..service import ANONYMOUS, Caller, GenerationService, run_whole
 from .input import to_chat_request
-from .stored import StoredResponses, continue_from, previous_turn
+from .stored_responses import StoredResponses, continue_from, previous_turn
 
 __all__ = ["ResponsesService"]
 

@@ -25,7 +25,7 @@ from ..storage import Store, StoredCompletion
 from ..tokenizers.base import Tokenizer
 from ..tokenizers.conversions import conversion_reason
 from ..tokenizers.registry import TokenizerRegistry
-from .plan import Caller
+from .service import Caller
 
 __all__ = ["StoredCompletions"]
 

@@ -38,7 +38,7 @@ from ..chat import ChatPlan, PromptPrefix
 from ..items import new_id
 from ..models import ServedModel
 from ..params import ParamMap
-from ..plan import Caller
+from ..service import Caller
 
 __all__ = ["StoredResponses", "input_items", "previous_turn"]
 
