@@ -1,4 +1,5 @@
-"""The SQL both stores run: the schema's migrations, the queries, and rows <-> records.
+"""The SQL both stores run: the schema's migrations, the queries, rows <-> records, and the
+record methods themselves (`SQLStore`), over the four things a backend supplies.
 
 Written once with `?` parameters and `{blob}`/`{serial}` column types; a `Dialect` fills them
 in for SQLite or PostgreSQL. The only query the two write differently is the metadata filter.
@@ -7,13 +8,13 @@ in for SQLite or PostgreSQL. The only query the two write differently is the met
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..errors import InvalidRequestError
 from ._packing import pack, unpack
-from .base import Document, StoredCompletion, StoredResponse
+from .base import Document, Page, StoredCompletion, StoredResponse
 
 
 @dataclass(frozen=True)
@@ -231,3 +232,91 @@ def document_from_row(row: Sequence[Any]) -> Document:
     owner, id, created, tokenizer_version, vocab_size, width, ids, _count = row
     return Document(id=id, owner=owner, tokenizer_version=tokenizer_version,
                     token_ids=unpack(bytes(ids), width), created=created, vocab_size=vocab_size)
+
+
+Query = Callable[[int | None], tuple[str, Sequence[Any]]]
+"""A page's query (dialect-ready text and parameters), given the `seq` it starts after."""
+
+
+class SQLStore:
+    """The `Store` methods, once for both backends. A backend supplies a statement run in a
+    transaction of its own (`_execute`: the rows it changed; `_one`, `_all`: the rows it
+    returned), and a page of completions read in one snapshot (`_listing`); statements are
+    written as above (`?`, `{blob}`), the backend puts them in its dialect."""
+
+    dialect: Dialect
+
+    async def _execute(self, text: str, params: Sequence[Any]) -> int:
+        raise NotImplementedError
+
+    async def _one(self, text: str, params: Sequence[Any]) -> Sequence[Any] | None:
+        raise NotImplementedError
+
+    async def _all(self, text: str, params: Sequence[Any]) -> list[Sequence[Any]]:
+        raise NotImplementedError
+
+    async def _listing(self, owner: str, after: str | None,
+                       query: Query) -> list[Sequence[Any]]:
+        """In one snapshot: the `seq` of `after` (unknown: `unknown_after`), then `query`'s
+        rows."""
+        raise NotImplementedError
+
+    async def put_completion(self, record: StoredCompletion) -> None:
+        await self._execute(INSERT_COMPLETION, completion_params(record))
+
+    async def get_completion(self, owner: str, id: str) -> StoredCompletion | None:
+        row = await self._one(GET_COMPLETION, (owner, id))
+        return None if row is None else completion_from_row(row)
+
+    async def list_completions(
+        self, owner: str, *, model: str | None = None, metadata: dict[str, str] | None = None,
+        after: str | None = None, limit: int = 20, order: Literal["asc", "desc"] = "asc",
+    ) -> Page:
+        rows = await self._listing(owner, after, lambda after_seq: list_completions(
+            self.dialect, owner, model=model, metadata=metadata, after_seq=after_seq,
+            limit=limit, order=order))
+        return Page([completion_from_row(r) for r in rows[:limit]], len(rows) > limit)
+
+    async def update_completion(
+        self, owner: str, id: str, metadata: dict[str, str]
+    ) -> StoredCompletion | None:
+        row = await self._one(UPDATE_METADATA, (dumps(metadata), owner, id))
+        return None if row is None else completion_from_row(row)
+
+    async def delete_completion(self, owner: str, id: str) -> bool:
+        return await self._execute(DELETE_COMPLETION, (owner, id)) > 0
+
+    async def put_response(self, record: StoredResponse) -> None:
+        await self._execute(INSERT_RESPONSE, response_params(record))
+
+    async def get_response(self, owner: str, id: str) -> StoredResponse | None:
+        row = await self._one(GET_RESPONSE, (owner, id))
+        return None if row is None else response_from_row(row)
+
+    async def delete_response(self, owner: str, id: str) -> bool:
+        return await self._execute(DELETE_RESPONSE, (owner, id)) > 0
+
+    async def expire(self, before: int) -> int:
+        n = 0
+        for text in EXPIRE:
+            while True:  # a transaction per batch: what waits on the store runs between
+                gone = await self._execute(text, (before,))
+                n += gone
+                if gone < EXPIRE_BATCH:
+                    break
+        return n
+
+    async def put_document(self, document: Document) -> None:
+        await self._execute(INSERT_DOCUMENT, document_params(document))
+
+    async def get_document(self, owner: str, id: str) -> Document | None:
+        row = await self._one(GET_DOCUMENT, (owner, id))
+        return None if row is None else document_from_row(row)
+
+    async def delete_document(self, owner: str, id: str) -> bool:
+        return await self._execute(DELETE_DOCUMENT, (owner, id)) > 0
+
+    async def documents(self, owner: str, tokenizer_version: str | None = None,
+                        ) -> list[Document]:
+        text, params = list_documents(owner, tokenizer_version)
+        return [document_from_row(r) for r in await self._all(text, params)]

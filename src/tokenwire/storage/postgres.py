@@ -10,9 +10,9 @@ advisory lock.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, Literal
+from typing import Any
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
@@ -20,7 +20,6 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from ..errors import DuplicateIdError, StorageError, TokenwireError
 from . import _sql
 from ._sql import POSTGRES
-from .base import Document, Page, StoredCompletion, StoredResponse
 
 __all__ = ["PostgresStore"]
 
@@ -54,7 +53,9 @@ async def migrate(conn: psycopg.AsyncConnection[Any],
     return len(steps)
 
 
-class PostgresStore:
+class PostgresStore(_sql.SQLStore):
+    dialect = POSTGRES
+
     def __init__(self, url: str, *, max_connections: int = 8, connect_timeout: float = 10.0):
         self.url = url
         self._max = max_connections
@@ -94,24 +95,21 @@ class PostgresStore:
         except (psycopg.Error, PoolTimeout) as exc:
             raise StorageError(f"the PostgreSQL store failed: {exc}") from exc
 
-    async def _fetchone(self, text: str, params: tuple[Any, ...]) -> tuple[Any, ...] | None:
+    async def _execute(self, text: str, params: Sequence[Any]) -> int:
+        async with self._connection() as conn:
+            return (await conn.execute(_q(text), params)).rowcount
+
+    async def _one(self, text: str, params: Sequence[Any]) -> Sequence[Any] | None:
         async with self._connection() as conn:
             return await (await conn.execute(_q(text), params)).fetchone()
 
-    async def put_completion(self, record: StoredCompletion) -> None:
-        params = _sql.completion_params(record)
+    async def _all(self, text: str, params: Sequence[Any]) -> list[Sequence[Any]]:
         async with self._connection() as conn:
-            await conn.execute(_q(_sql.INSERT_COMPLETION), params)
+            return list(await (await conn.execute(_q(text), params)).fetchall())
 
-    async def get_completion(self, owner: str, id: str) -> StoredCompletion | None:
-        row = await self._fetchone(_sql.GET_COMPLETION, (owner, id))
-        return None if row is None else _sql.completion_from_row(row)
-
-    async def list_completions(
-        self, owner: str, *, model: str | None = None, metadata: dict[str, str] | None = None,
-        after: str | None = None, limit: int = 20, order: Literal["asc", "desc"] = "asc",
-    ) -> Page:
-        async with self._connection() as conn:
+    async def _listing(self, owner: str, after: str | None,
+                       query: _sql.Query) -> list[Sequence[Any]]:
+        async with self._connection() as conn:  # one transaction: one snapshot
             after_seq = None
             if after is not None:
                 found = await (await conn.execute(_q(_sql.SEQ_OF_COMPLETION),
@@ -119,68 +117,8 @@ class PostgresStore:
                 if found is None:
                     raise _sql.unknown_after(after)
                 after_seq = found[0]
-            text, params = _sql.list_completions(
-                POSTGRES, owner, model=model, metadata=metadata, after_seq=after_seq,
-                limit=limit, order=order)
-            rows = await (await conn.execute(text, params)).fetchall()
-        return Page([_sql.completion_from_row(r) for r in rows[:limit]], len(rows) > limit)
-
-    async def update_completion(
-        self, owner: str, id: str, metadata: dict[str, str]
-    ) -> StoredCompletion | None:
-        row = await self._fetchone(_sql.UPDATE_METADATA, (_sql.dumps(metadata), owner, id))
-        return None if row is None else _sql.completion_from_row(row)
-
-    async def delete_completion(self, owner: str, id: str) -> bool:
-        async with self._connection() as conn:
-            cur = await conn.execute(_q(_sql.DELETE_COMPLETION), (owner, id))
-        return cur.rowcount > 0
-
-    async def put_response(self, record: StoredResponse) -> None:
-        params = _sql.response_params(record)
-        async with self._connection() as conn:
-            await conn.execute(_q(_sql.INSERT_RESPONSE), params)
-
-    async def get_response(self, owner: str, id: str) -> StoredResponse | None:
-        row = await self._fetchone(_sql.GET_RESPONSE, (owner, id))
-        return None if row is None else _sql.response_from_row(row)
-
-    async def delete_response(self, owner: str, id: str) -> bool:
-        async with self._connection() as conn:
-            cur = await conn.execute(_q(_sql.DELETE_RESPONSE), (owner, id))
-        return cur.rowcount > 0
-
-    async def expire(self, before: int) -> int:
-        n = 0
-        for text in _sql.EXPIRE:
-            while True:
-                async with self._connection() as conn:  # a transaction per batch
-                    gone = (await conn.execute(_q(text), (before,))).rowcount
-                n += gone
-                if gone < _sql.EXPIRE_BATCH:
-                    break
-        return n
-
-    async def put_document(self, document: Document) -> None:
-        params = _sql.document_params(document)
-        async with self._connection() as conn:
-            await conn.execute(_q(_sql.INSERT_DOCUMENT), params)
-
-    async def get_document(self, owner: str, id: str) -> Document | None:
-        row = await self._fetchone(_sql.GET_DOCUMENT, (owner, id))
-        return None if row is None else _sql.document_from_row(row)
-
-    async def delete_document(self, owner: str, id: str) -> bool:
-        async with self._connection() as conn:
-            cur = await conn.execute(_q(_sql.DELETE_DOCUMENT), (owner, id))
-        return cur.rowcount > 0
-
-    async def documents(self, owner: str, tokenizer_version: str | None = None,
-                        ) -> list[Document]:
-        text, params = _sql.list_documents(owner, tokenizer_version)
-        async with self._connection() as conn:
-            rows = await (await conn.execute(_q(text), params)).fetchall()
-        return [_sql.document_from_row(r) for r in rows]
+            text, params = query(after_seq)
+            return list(await (await conn.execute(text, params)).fetchall())
 
     async def aclose(self) -> None:
         if self._pool is not None:

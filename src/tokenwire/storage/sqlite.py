@@ -11,15 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 from ..errors import DuplicateIdError, StorageError
 from . import _sql
 from ._sql import SQLITE
-from .base import Document, Page, StoredCompletion, StoredResponse
 
 __all__ = ["SQLiteStore"]
 
@@ -67,7 +66,9 @@ def connect(path: Path) -> sqlite3.Connection:
     return conn
 
 
-class SQLiteStore:
+class SQLiteStore(_sql.SQLStore):
+    dialect = SQLITE
+
     def __init__(self, path: str | Path):
         self.path = Path(path).expanduser()
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="tokenwire-sqlite")
@@ -108,19 +109,19 @@ class SQLiteStore:
             self._opened = self._executor.submit(self._open)
         return await asyncio.get_running_loop().run_in_executor(self._executor, self._call, fn)
 
-    async def put_completion(self, record: StoredCompletion) -> None:
-        params = _sql.completion_params(record)
-        await self._run(lambda c: c.execute(_q(_sql.INSERT_COMPLETION), params))
+    async def _execute(self, text: str, params: Sequence[Any]) -> int:
+        return await self._run(lambda c: c.execute(_q(text), params).rowcount)
 
-    async def get_completion(self, owner: str, id: str) -> StoredCompletion | None:
-        row = await self._run(
-            lambda c: c.execute(_q(_sql.GET_COMPLETION), (owner, id)).fetchone())
-        return None if row is None else _sql.completion_from_row(row)
+    async def _one(self, text: str, params: Sequence[Any]) -> Sequence[Any] | None:
+        row: Sequence[Any] | None = await self._run(
+            lambda c: c.execute(_q(text), params).fetchone())
+        return row
 
-    async def list_completions(
-        self, owner: str, *, model: str | None = None, metadata: dict[str, str] | None = None,
-        after: str | None = None, limit: int = 20, order: Literal["asc", "desc"] = "asc",
-    ) -> Page:
+    async def _all(self, text: str, params: Sequence[Any]) -> list[Sequence[Any]]:
+        return await self._run(lambda c: c.execute(_q(text), params).fetchall())
+
+    async def _listing(self, owner: str, after: str | None,
+                       query: _sql.Query) -> list[Sequence[Any]]:
         def page(c: sqlite3.Connection) -> list[Any]:
             c.execute("BEGIN")  # one snapshot for the cursor and the page
             try:
@@ -130,73 +131,12 @@ class SQLiteStore:
                     if found is None:
                         raise _sql.unknown_after(after)
                     after_seq = found[0]
-                text, params = _sql.list_completions(
-                    SQLITE, owner, model=model, metadata=metadata, after_seq=after_seq,
-                    limit=limit, order=order)
+                text, params = query(after_seq)
                 return c.execute(text, params).fetchall()
             finally:
                 c.execute("COMMIT")
 
-        rows = await self._run(page)
-        return Page([_sql.completion_from_row(r) for r in rows[:limit]], len(rows) > limit)
-
-    async def update_completion(
-        self, owner: str, id: str, metadata: dict[str, str]
-    ) -> StoredCompletion | None:
-        text = _sql.dumps(metadata)
-        row = await self._run(
-            lambda c: c.execute(_q(_sql.UPDATE_METADATA), (text, owner, id)).fetchone())
-        return None if row is None else _sql.completion_from_row(row)
-
-    async def delete_completion(self, owner: str, id: str) -> bool:
-        n = await self._run(
-            lambda c: c.execute(_q(_sql.DELETE_COMPLETION), (owner, id)).rowcount)
-        return n > 0
-
-    async def put_response(self, record: StoredResponse) -> None:
-        params = _sql.response_params(record)
-        await self._run(lambda c: c.execute(_q(_sql.INSERT_RESPONSE), params))
-
-    async def get_response(self, owner: str, id: str) -> StoredResponse | None:
-        row = await self._run(
-            lambda c: c.execute(_q(_sql.GET_RESPONSE), (owner, id)).fetchone())
-        return None if row is None else _sql.response_from_row(row)
-
-    async def delete_response(self, owner: str, id: str) -> bool:
-        n = await self._run(lambda c: c.execute(_q(_sql.DELETE_RESPONSE), (owner, id)).rowcount)
-        return n > 0
-
-    async def expire(self, before: int) -> int:
-        def batch(text: str) -> Callable[[sqlite3.Connection], int]:
-            return lambda c: c.execute(_q(text), (before,)).rowcount
-
-        n = 0
-        for text in _sql.EXPIRE:
-            while True:  # a job per batch: what waits on the store's thread runs between
-                gone = await self._run(batch(text))
-                n += gone
-                if gone < _sql.EXPIRE_BATCH:
-                    break
-        return n
-
-    async def put_document(self, document: Document) -> None:
-        params = _sql.document_params(document)
-        await self._run(lambda c: c.execute(_q(_sql.INSERT_DOCUMENT), params))
-
-    async def get_document(self, owner: str, id: str) -> Document | None:
-        row = await self._run(
-            lambda c: c.execute(_q(_sql.GET_DOCUMENT), (owner, id)).fetchone())
-        return None if row is None else _sql.document_from_row(row)
-
-    async def delete_document(self, owner: str, id: str) -> bool:
-        n = await self._run(lambda c: c.execute(_q(_sql.DELETE_DOCUMENT), (owner, id)).rowcount)
-        return n > 0
-
-    async def documents(self, owner: str, tokenizer_version: str | None = None,
-                        ) -> list[Document]:
-        text, params = _sql.list_documents(owner, tokenizer_version)
-        rows = await self._run(lambda c: c.execute(_q(text), params).fetchall())
-        return [_sql.document_from_row(r) for r in rows]
+        return await self._run(page)
 
     async def aclose(self) -> None:
         def close(c: sqlite3.Connection) -> None:
