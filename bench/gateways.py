@@ -10,8 +10,10 @@ vllm-router (vLLM's Rust router), side by side in one run, alternating rounds.
 3. With `--paced-ms`: CPU per relayed token from that stub paced as an engine's decode steps
    (each event its own read), 1 and 8 streams, long runs (thousands of tokens per contender
    per round, so CPU-time ticks do not count), tokenwire with one worker and with the
-   default's (one per core); `--profile` samples the one-worker tokenwire with py-spy (in
-   .venv-routers) meanwhile and writes where its CPU goes beside the JSON.
+   default's (one per core), and the same bare relay on tokenwire's HTTP stack
+   (bench/_floor_stack.py: uvicorn and aiohttp; and as a Starlette route); `--profile`
+   samples the one-worker tokenwire with py-spy (in .venv-routers) meanwhile and writes where
+   its CPU goes beside the JSON.
 
     .venv/bin/python bench/gateways.py [--rounds 3 --tokens 128 --relay-streams 16]
     .venv/bin/python bench/gateways.py --record rec.json --tokens 1024   # vLLM, once
@@ -71,6 +73,11 @@ def gateway(name: str, upstream: str, tmp: Path, routers: Path, workers: int = 1
         cmd = [sys.executable, str(ROOT / "bench" / "_floor.py"), "--port", str(port),
                "--upstream", upstream.removeprefix("http://")]
         return Server(name, cmd, port, "/v1/models", tmp / f"floor-{port}.log")
+    if name in ("stack floor", "starlette floor"):
+        cmd = [sys.executable, str(ROOT / "bench" / "_floor_stack.py"), "--port", str(port),
+               "--upstream", upstream]
+        cmd += ["--starlette"] if name == "starlette floor" else []
+        return Server(name, cmd, port, "/v1/models", tmp / f"stack-{port}.log")
     # HTTP mode: both relay OpenAI requests to the worker as they are (no tokenizing)
     cmd = [str(routers / name), "--host", "127.0.0.1", "--port", str(port), "--worker-urls",
            upstream, "--prometheus-port", str(free_port()), "--policy", "round_robin"]
@@ -281,7 +288,8 @@ def paced(args: argparse.Namespace, tmp: Path) -> None:
                                      "--interval-ms", str(args.paced_ms)], port, "/health",
                             tmp / "stub.log"))
         servers: dict[str, Server | None] = {"__direct__": stub}
-        names = ["python floor", "tokenwire", f"tokenwire x{args.workers}", "smg", "vllm-router"]
+        names = ["python floor", "stack floor", "starlette floor", "tokenwire",
+                 f"tokenwire x{args.workers}", "smg", "vllm-router"]
         for g in names:
             if g.startswith("tokenwire"):
                 w = 1 if g == "tokenwire" else args.workers
