@@ -223,7 +223,9 @@ class Metrics:
                 gauge.labels(model).set_function(read)
             else:
                 self._pulled.append((gauge.labels(model), read))
-        engine.on_step = self._steps.labels(model).observe
+        steps = self._steps
+        # the series appears with the first step: an engine that never steps has none
+        engine.on_step = lambda n: steps.labels(model).observe(n)
         engine.on_migration = lambda outcome: self._migrations.labels(model, outcome).inc()
 
     def request(self, route: str, status: int) -> None:

@@ -15,7 +15,7 @@ from tests.conftest import serve_in_process
 from tests.fakes import MODEL, FakeEngine, other_tokenizer
 from tests.server.test_responses_http import error, typed_events
 from tests.server.test_tools_http import OUTPUT, WEATHER
-from tokenwire.errors import StorageError
+from tokenwire.errors import InvalidTokenIdError, StorageError
 from tokenwire.storage import StoredResponse
 from tokenwire.tokenizers.hf import HFTokenizer
 from tokenwire.tokenizers.registry import TokenizerRegistry
@@ -254,6 +254,25 @@ async def test_a_failed_write_fails_the_stream(app: Any, client: httpx.AsyncClie
     assert not any(e["type"] == "response.completed" for e in evs)
     r = await client.post(RESPONSES, json={"model": MODEL, "input": "Hello!"})
     assert error(r, 503) == ("storage_unavailable", None)
+
+
+@pytest.mark.parametrize("raised", [InvalidTokenIdError("an id past the vocabulary"),
+                                    RuntimeError("a bug")], ids=["ours", "unexpected"])
+async def test_any_failure_to_keep_fails_the_stream_in_its_lifecycle(
+        app: Any, client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch,
+        raised: Exception) -> None:
+    """Not only the store's own errors: whatever keeping the response raises ends the stream
+    with a numbered `response.failed`, never a bare error event."""
+    async def broken(record: StoredResponse) -> None:
+        raise raised
+
+    monkeypatch.setattr(app.state.responses.stored._store, "put_response", broken)
+    evs = await events(client, {"input": "Hello!"})
+    assert evs[-1]["type"] == "response.failed"
+    assert evs[-1]["response"]["error"]["code"] == (
+        "invalid_token_id" if isinstance(raised, InvalidTokenIdError) else "internal_error")
+    assert [e["sequence_number"] for e in evs] == list(range(len(evs)))
+    assert not any(e["type"] == "response.completed" for e in evs)
 
 
 async def test_records_past_retention_are_swept(make_app: Any) -> None:

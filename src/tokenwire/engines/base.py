@@ -284,6 +284,9 @@ class EngineInfo:
     then, as in vLLM, a request must sample (temperature > 0) with a bounded support (top_k)."""
     answers_whole: bool = False
     """Answers a request marked `whole` (`SamplingParams`) in one body, not a stream."""
+    control_plane: bool = False
+    """Takes vLLM's control-plane calls (`Engine.control`; each may still refuse a call it
+    cannot make): the embedded engine, and every gateway."""
 
 
 @dataclass(frozen=True)

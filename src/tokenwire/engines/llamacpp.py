@@ -232,6 +232,7 @@ class LlamaCppEngine(EngineBase):
             eog_ids=self._llama.eog_ids(),
             max_sequences=self._n_parallel + self._max_queued,
             logprobs_mode=self._logprobs_mode,
+            control_plane=True,
             sampling_mask=self._sampling_mask,
             grammar_after_reasoning=True,
         )

@@ -42,9 +42,17 @@ class SSEResponse(StreamingResponse):
         await send({"type": "http.response.start", "status": self.status_code,
                     "headers": self.raw_headers})
         events, typed = self._events, self._typed
+        it = events.__aiter__()
         held: list[bytes] = []
         try:
-            async for ev in events:
+            while True:
+                try:
+                    ev = await it.__anext__()
+                except StopAsyncIteration:
+                    break
+                except Exception as exc:  # noqa: BLE001 - the stream ends in its API's shape
+                    held.append(_error_frame(exc, typed))
+                    break
                 if typed:
                     held.append(b"event: " + ev.type.encode() + b"\ndata: "
                                 + ev.model_dump_json().encode() + b"\n\n")
@@ -55,18 +63,19 @@ class SSEResponse(StreamingResponse):
                 await send({"type": "http.response.body", "body": b"".join(held),
                             "more_body": True})
                 held.clear()
-        except Exception as exc:  # noqa: BLE001 - the stream must end in its API's shape
-            if not isinstance(exc, TokenwireError):
-                log.exception("stream failed")
-            err = exc if isinstance(exc, TokenwireError) else TokenwireError(
-                f"the stream failed: {type(exc).__name__}", code="internal_error")
-            if typed:
-                held.append(b"event: error\ndata: "
-                            + dumps({"type": "error", **err.to_body()["error"]}) + b"\n\n")
-            else:
-                held.append(b"data: " + dumps(err.to_body()) + b"\n\n")
         finally:
             await events.aclose()
         if not typed:
             held.append(DONE)
         await send({"type": "http.response.body", "body": b"".join(held), "more_body": False})
+
+
+def _error_frame(exc: Exception, typed: bool) -> bytes:
+    if not isinstance(exc, TokenwireError):
+        log.error("stream failed", exc_info=exc)
+    err = exc if isinstance(exc, TokenwireError) else TokenwireError(
+        f"the stream failed: {type(exc).__name__}", code="internal_error")
+    if typed:  # OpenAI's `error` event: its own type, the error's code, message and param
+        return b"event: error\ndata: " + dumps({**err.to_body()["error"], "type": "error"}) \
+            + b"\n\n"
+    return b"data: " + dumps(err.to_body()) + b"\n\n"

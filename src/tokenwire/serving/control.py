@@ -21,6 +21,7 @@ from ..errors import (
     InvalidRequestError,
     PermissionDeniedError,
     ReplicaControlError,
+    UnsupportedParameterError,
 )
 from ..protocol.control import RollingUpdateBody
 from .models import ModelRegistry
@@ -65,6 +66,10 @@ class ControlService:
         log.info("control %s %s by %s", call.op, dict(call.query), _who(caller, host))
         answers: list[tuple[str, ControlAnswer]] = []
         for m in self._models.all():
+            if not m.engine.info.control_plane:
+                raise UnsupportedParameterError(
+                    f"model {m.id!r}: its engine has no control plane ({call.op})",
+                    param=call.op)
             answers += [(m.id, a) for a in await m.engine.control(call)]
         replicas = [{"model": mid, "replica": a.replica, "status": a.status, "body": a.body}
                     for mid, a in answers]

@@ -171,10 +171,11 @@ class Choices:
     hand (the engine holds the next event already, as when an upstream's events arrive
     together)."""
 
-    __slots__ = ("_updates", "more")
+    __slots__ = ("_streams", "_updates", "more")
 
-    def __init__(self) -> None:
+    def __init__(self, streams: list[EventStream]) -> None:
         self.more = False
+        self._streams = streams
         self._updates: AsyncGenerator[ChoiceUpdate, None]
 
     def __aiter__(self) -> AsyncGenerator[ChoiceUpdate, None]:
@@ -182,6 +183,8 @@ class Choices:
 
     async def aclose(self) -> None:
         await self._updates.aclose()
+        for s in self._streams:  # closed already, unless the updates were never read
+            await s.aclose()
 
 
 @dataclass
@@ -371,7 +374,7 @@ async def run_choices(engine: Engine, jobs: Sequence[tuple[Sequence[int], Sampli
 def _merge(streams: list[EventStream], decoders: list[OutputDecoder],
            check: OutputCheck | None, clocks: list[TokenClock | None],
            splits: list[ReasoningStream | None]) -> Choices:
-    out = Choices()
+    out = Choices(streams)
     if len(streams) == 1:  # the common case: read where it is consumed, no task, no queue
         out._updates = _updates(0, streams[0], decoders[0], check, clocks[0], out, splits[0])
     else:
@@ -447,9 +450,9 @@ class Stream(Generic[E]):
     async def _run(self, family: Family[E], choices: Choices,
                    count: Callable[[Totals], Usage]) -> AsyncGenerator[E, None]:
         totals = Totals()
-        events: list[E] = family.start()
         failed: list[E] | None = None
         try:
+            events = family.start()
             for k, ev in enumerate(events, 1):
                 self.more = k < len(events)
                 yield ev
@@ -461,20 +464,31 @@ class Stream(Generic[E]):
                     self.more = k < len(events) or choices.more
                     yield ev
         except Exception as exc:  # noqa: BLE001 - the family ends the stream in its shape
-            err = exc if isinstance(exc, TokenwireError) else TokenwireError(
-                f"the stream failed: {type(exc).__name__}", code="internal_error")
-            failed = family.fail(err)
-            if failed is None:
-                raise
-            if err is not exc:
-                log.exception("stream failed")
+            failed = _failed(family, exc)
         finally:
             await choices.aclose()
             usage = count(totals)
-        events = failed if failed is not None else await family.close(usage)
-        for k, ev in enumerate(events, 1):
-            self.more = k < len(events)
+        if failed is None:
+            try:  # what was held back (a stored response's) may still fail
+                failed = await family.close(usage)
+            except Exception as exc:  # noqa: BLE001 - as above
+                failed = _failed(family, exc)
+        for k, ev in enumerate(failed, 1):
+            self.more = k < len(failed)
             yield ev
+
+
+def _failed(family: Family[E], exc: Exception) -> list[E]:
+    """A failure's events in the family's shape; re-raised where the family leaves it to the
+    SSE writer (`Family.fail` None)."""
+    err = exc if isinstance(exc, TokenwireError) else TokenwireError(
+        f"the stream failed: {type(exc).__name__}", code="internal_error")
+    events = family.fail(err)
+    if events is None:
+        raise exc
+    if err is not exc:
+        log.error("stream failed", exc_info=exc)
+    return events
 
 
 def _spans(changes: Sequence[tuple[str, int]], n: int) -> tuple[WeightSpan, ...]:

@@ -98,11 +98,11 @@ class RollingUpdates:
     async def _model(self, m: ServedModel, body: RollingUpdateBody,
                      earlier: list[_Replica]) -> list[_Replica]:
         engine = m.engine
-        try:
-            info = await engine.control(ControlCall("weight_info"))
-        except UnsupportedParameterError as exc:
-            raise UnsupportedParameterError(f"{exc.message} (rolling_update)",
-                                            param="rolling_update") from exc
+        if not engine.info.control_plane:
+            raise UnsupportedParameterError(
+                f"model {m.id!r}: its engine has no control plane (rolling_update)",
+                param="rolling_update")
+        info = await engine.control(ControlCall("weight_info"))
         reps = [_Replica(m.id, a.replica, a.body.get("weight_version")
                          if a.ok and isinstance(a.body, dict) else None, answer=a)
                 for a in info]

@@ -235,7 +235,7 @@ class UpstreamEngine(EngineBase):
         return EngineInfo(model=self._settings.served_model_name or model,
                           max_model_len=min(first.max_model_len, cap or first.max_model_len),
                           vocab_size=tok.vocab_size, eog_ids=self._spec.eog_ids,
-                          logprobs_mode=self.logprobs_mode)
+                          logprobs_mode=self.logprobs_mode, control_plane=True)
 
     @property
     def logprobs_mode(self) -> str | None:
