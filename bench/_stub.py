@@ -7,7 +7,8 @@ records the responses from a real vLLM and starts this in a process of its own.
     python bench/_stub.py --port 8100 --recorded recorded.json --tokenizer model.gguf
 
 `recorded.json` holds, each as vLLM sent it: `generate` (the data lines of a streamed
-/inference/v1/generate), `generate_logprobs` (the same with logprobs), `chat` (a streamed
+/inference/v1/generate), `generate_logprobs` (the same with logprobs), `generate_whole` (an
+unstreamed one with logprobs, for a gateway that asks for whole answers), `chat` (a streamed
 /v1/chat/completions), `chat_whole` (an unstreamed one, `n` choices with logprobs), and
 `models` (its /v1/models body). Routes answer by what a request asks, not by its prompt: the
 benchmark sends what was recorded.
@@ -37,6 +38,8 @@ def make_app(recorded: dict[str, Any], tokenize: Any, interval: float = 0.0) -> 
     generate_lp = _frames(recorded["generate_logprobs"])
     chat = _frames(recorded["chat"])
     chat_whole = json.dumps(recorded["chat_whole"]).encode()
+    generate_whole = json.dumps(recorded["generate_whole"]).encode() \
+        if "generate_whole" in recorded else None
     models = json.dumps(recorded["models"]).encode()
 
     async def replay(request: web.Request, frames: list[bytes]) -> web.StreamResponse:
@@ -53,6 +56,8 @@ def make_app(recorded: dict[str, Any], tokenize: Any, interval: float = 0.0) -> 
         if not body:  # a gateway's start-up probe: the endpoint is live
             return web.json_response({"error": {"message": "token_ids: Field required"}},
                                      status=400)
+        if body.get("stream") is False and generate_whole is not None:
+            return web.Response(body=generate_whole, content_type="application/json")
         lp = (body.get("sampling_params") or {}).get("logprobs") is not None
         return await replay(request, generate_lp if lp else generate)
 

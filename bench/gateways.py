@@ -153,9 +153,14 @@ def record(vllm: str, tokens: int, n: int) -> dict[str, Any]:
                     "max_tokens": tokens, "temperature": 1.0, "ignore_eos": True,
                     "detokenize": False, **extra}})
 
+        whole = http.post("/inference/v1/generate", json={
+            "model": VLLM_MODEL_NAME, "token_ids": prompt, "stream": False, "sampling_params": {
+                "max_tokens": tokens, "temperature": 1.0, "ignore_eos": True,
+                "detokenize": False, "logprobs": 1}}).json()
         return {
             "generate": gen(),
             "generate_logprobs": gen(logprobs=2),
+            "generate_whole": whole,
             "chat": lines("/v1/chat/completions", chat_body(
                 VLLM_MODEL_NAME, tokens, stream=True, temperature=0,
                 stream_options={"include_usage": True})),
@@ -304,10 +309,15 @@ def paced(args: argparse.Namespace, tmp: Path) -> None:
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         print(f"paced {args.paced_ms} ms per event, {tokens} tokens a stream: "
               f"{args.rounds} rounds", flush=True)
+        n = len(recorded["chat_whole"]["choices"])
+        work: dict[str, Callable[[str, str], Any]] = {
+            "streamed chat, 1 stream": lambda u, m: streams(u, m, tokens, 1, 2),
+            "streamed chat, 8 streams": lambda u, m: streams(u, m, tokens, 8)}
+        if "generate_whole" in recorded:  # the upstream answers whole (not paced)
+            work[f"whole rollouts, n={n} with logprobs"] = \
+                lambda u, m: rollouts(u, m, tokens, n, 8)
         results = {"tokens": tokens, "rounds": args.rounds, "paced_ms": args.paced_ms,
-                   "paced": rounds_of(names, servers, args.rounds, {
-                       "streamed chat, 1 stream": lambda u, m: streams(u, m, tokens, 1, 2),
-                       "streamed chat, 8 streams": lambda u, m: streams(u, m, tokens, 8)})}
+                   "paced": rounds_of(names, servers, args.rounds, work)}
         report(results["paced"], names, None)
         for w, per in results["paced"].items():
             floor = [r["cpu_ms_per_token"] for r in per["python floor"]]
