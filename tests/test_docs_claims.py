@@ -146,7 +146,8 @@ def _starts_vllm(words: list[str]) -> bool:
     return words[:2] == ["vllm", "serve"] or "vllm.entrypoints.openai.api_server" in words
 
 
-@pytest.mark.parametrize("page", [README, ROOT / "docs" / "rl.md"], ids=lambda p: p.name)
+@pytest.mark.parametrize("page", [README, ROOT / "docs" / "fleet.md", ROOT / "docs" / "rl.md"],
+                         ids=lambda p: p.name)
 def test_vllm_is_started_as_the_tests_start_it(page: Path) -> None:
     """The pages that put tokenwire in front of vLLM for the control plane start vLLM with its
     RL endpoints on (VLLM_SERVER_DEV_MODE=1) and its token endpoint (--enable-scale-out), as

@@ -1,9 +1,12 @@
-"""docs/api.md's and docs/rl.md's examples, sent to a real server: the docs cannot drift from
-the code.
+"""The examples of docs/api.md and of every journey page (serve.md, fleet.md, rl.md,
+storage.md), sent to a real server: the docs cannot drift from the code.
 
 An `http` block is a request (method, path, JSON body); the `json <status>` or `sse <status>`
 block after it is the answer. In the expected JSON, "..." matches any value, a "...": "..."
-member allows further members, and a trailing "..." in an array allows further elements.
+member allows further members, and a trailing "..." in an array allows further elements. A
+`python` block runs as written, its `assert`s the test. Each runs once per server, in page
+order: an example that changes state (a stored `request_id`, a weight label) stands on one
+page only.
 """
 
 from __future__ import annotations
@@ -21,21 +24,25 @@ from tests.conftest import TEST_UPSTREAM, LiveServer
 
 pytestmark = pytest.mark.engine
 
-DOCS = [Path(__file__).parents[2] / "docs" / name for name in ("api.md", "rl.md")]
+JOURNEYS = ("serve.md", "fleet.md", "rl.md", "storage.md")
+"""One page per journey a user takes: serve it and call it, front a vLLM fleet, an RL rollout
+with tools, mask and weight sync, store and retrieve as ids."""
+DOCS = [Path(__file__).parents[2] / "docs" / name for name in ("api.md", *JOURNEYS)]
 FENCE = re.compile(r"```(\w+)([^\n]*)\n(.*?)```", re.S)
 ANY = "..."
 
 
 def _examples() -> list[tuple[str, str, Any, int, str, str]]:
-    blocks = [b for doc in DOCS for b in FENCE.findall(doc.read_text())]
     out = []
-    for (lang, _, req), (kind, status, expected) in zip(blocks, blocks[1:], strict=False):
-        if lang != "http":
-            continue
-        head, _, payload = req.partition("\n")
-        method, path = head.split()
-        out.append((method, path, json.loads(payload) if payload.strip() else None,
-                    int(status), kind, expected))
+    for doc in DOCS:
+        blocks = FENCE.findall(doc.read_text())
+        for (lang, _, req), (kind, status, expected) in zip(blocks, blocks[1:], strict=False):
+            if lang != "http":
+                continue
+            head, _, payload = req.partition("\n")
+            method, path = head.split()
+            out.append((method, path, json.loads(payload) if payload.strip() else None,
+                        int(status), kind, expected))
     return out
 
 
@@ -86,22 +93,41 @@ def matches(expected: Any, actual: Any, where: str = "$") -> None:
         assert expected == actual, f"{where}: {actual!r} != {expected!r}"
 
 
-PYTHON = [code for doc in DOCS[:1] for lang, _, code in FENCE.findall(doc.read_text())
+PYTHON = [(doc, code) for doc in DOCS for lang, _, code in FENCE.findall(doc.read_text())
           if lang == "python"]
-"""api.md's Python examples (rl.md's are excerpts of docs/examples/rl_loop.py, which
-tests/e2e/test_rl_loop.py runs)."""
+"""Every page's Python examples, api.md's (if any) and each journey's."""
+
+CONTROL = "client.control("
+"""A block that calls the control plane, which llama-server lacks (rl.md, "What holds where")."""
 
 
 def test_the_docs_have_examples() -> None:
     assert len(EXAMPLES) >= 10
-    assert len(PYTHON) >= 2
+    for name in JOURNEYS:  # every journey runs
+        assert any(doc.name == name for doc, _ in PYTHON), name
 
 
-@pytest.mark.parametrize("code", PYTHON, ids=[f"python{i}" for i in range(len(PYTHON))])
-def test_doc_python_example(live_server: LiveServer, code: str) -> None:
+def test_each_example_is_on_one_page() -> None:
+    """A stateful example run twice fails the second time (a stored `request_id` is a
+    duplicate_id): no example, and no stored request_id, stands in two places."""
+    blocks = [code for doc in DOCS for lang, _, code in FENCE.findall(doc.read_text())
+              if lang in ("http", "python")]
+    assert len(blocks) == len(set(blocks))
+    ids = [e[2]["request_id"] for e in EXAMPLES
+           if isinstance(e[2], dict) and e[2].get("store") and "request_id" in e[2]]
+    assert len(ids) == len(set(ids))
+
+
+@pytest.mark.parametrize(("doc", "code"), [
+    pytest.param(doc, code, marks=[pytest.mark.skipif(
+        CONTROL in code and TEST_UPSTREAM == "llama-server",
+        reason="llama-server has no control plane (docs/rl.md, what holds where)")])
+    for doc, code in PYTHON],
+    ids=[f"{doc.stem}-python{i}" for i, (doc, _) in enumerate(PYTHON)])
+def test_doc_python_example(live_server: LiveServer, doc: Path, code: str) -> None:
     """Run as written (its `assert`s are the test), the base URL the live server's."""
     code = code.replace("http://127.0.0.1:8000", live_server.url)
-    exec(compile(code, str(DOCS[0]), "exec"), {})
+    exec(compile(code, str(doc), "exec"), {})
 
 
 def _scores_prompt(body: Any) -> bool:
