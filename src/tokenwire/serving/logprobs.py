@@ -44,9 +44,10 @@ def _same(token_id: int) -> int | None:
 
 def _entry(tokenizer: Tokenizer, token_id: int, logprob: float, as_ids: bool,
            ids: IdMap) -> LogprobEntry:
-    return LogprobEntry(token=f"token_id:{token_id}" if as_ids else token_text(tokenizer, token_id),
-                        bytes=list(tokenizer.token_bytes(token_id)), logprob=logprob,
-                        id=ids(token_id))
+    return LogprobEntry.model_construct(
+        token=f"token_id:{token_id}" if as_ids else token_text(tokenizer, token_id),
+        bytes=list(tokenizer.token_bytes(token_id)), logprob=float(logprob),
+        id=ids(token_id))
 
 
 def chat_logprobs(tokenizer: Tokenizer, events: Sequence[TokenEvent], *,
@@ -58,10 +59,14 @@ def chat_logprobs(tokenizer: Tokenizer, events: Sequence[TokenEvent], *,
         record("decode", "logprobs")
     out = []
     for ev in events:
-        head = _entry(tokenizer, ev.token_id, ev.logprob if ev.logprob is not None else 0.0,
-                      as_ids, ids)
-        top = [_entry(tokenizer, t, lp, as_ids, ids) for t, lp in ev.top_logprobs]
-        out.append(TokenLogprob(**head.model_dump(), top_logprobs=top))
+        t = ev.token_id
+        top = [_entry(tokenizer, k, lp, as_ids, ids) for k, lp in ev.top_logprobs]
+        # built from what we made ourselves (no validation: a whole rollout has thousands)
+        out.append(TokenLogprob.model_construct(
+            token=f"token_id:{t}" if as_ids else token_text(tokenizer, t),
+            bytes=list(tokenizer.token_bytes(t)),
+            logprob=float(ev.logprob) if ev.logprob is not None else 0.0, id=ids(t),
+            top_logprobs=top))
     return out
 
 
