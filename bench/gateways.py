@@ -315,7 +315,7 @@ def paced(args: argparse.Namespace, tmp: Path) -> None:
             "streamed chat, 8 streams": lambda u, m: streams(u, m, tokens, 8)}
         if "generate_whole" in recorded:  # the upstream answers whole (not paced)
             work[f"whole rollouts, n={n} with logprobs"] = \
-                lambda u, m: rollouts(u, m, tokens, n, 8)
+                lambda u, m: rollouts(u, m, tokens, n, 32)
         results = {"tokens": tokens, "rounds": args.rounds, "paced_ms": args.paced_ms,
                    "paced": rounds_of(names, servers, args.rounds, work)}
         report(results["paced"], names, None)
