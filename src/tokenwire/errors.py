@@ -98,6 +98,7 @@ __all__ = [
     "UnsupportedParameterError",
     "WeightVersionUnavailableError",
     "error_from_body",
+    "internal_error",
 ]
 
 
@@ -403,6 +404,12 @@ _BY_STATUS: dict[int, type[TokenwireError]] = {
     502: ReplicaControlError,
     503: ServiceUnavailableError,
 }
+
+
+def internal_error(what: str, exc: BaseException) -> TokenwireError:
+    """An unexpected exception as a client hears of it: `internal_error`, naming only its class
+    (the traceback is logged, never sent)."""
+    return TokenwireError(f"{what}: {type(exc).__name__}", code="internal_error")
 
 
 def error_from_body(status_code: int, body: Any) -> TokenwireError:

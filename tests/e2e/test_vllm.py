@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.e2e.conftest import start_together
 from tests.e2e.test_gateway import (
     MODEL,
     chat,
@@ -49,24 +50,8 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Upstream]]:
     """Two vLLM replicas (LoRA adapters loadable at run time), started side by side (each takes
     about a minute)."""
     tmp = tmp_path_factory.mktemp("vllm")
-    ups = [vllm_server(tmp, start=False, lora=True) for _ in range(2)]
-    errors: list[BaseException] = []
-
-    def start(u: Upstream) -> None:
-        try:
-            u.start()
-        except BaseException as exc:  # noqa: BLE001 - raised below, in the test's thread
-            errors.append(exc)
-
-    threads = [threading.Thread(target=start, args=(u,)) for u in ups]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        for u in ups:
-            u.stop()
-        raise errors[0]
+    ups = start_together(*[u.start for u in [vllm_server(tmp, start=False, lora=True)
+                                             for _ in range(2)]])
     yield ups
     for u in ups:
         u.stop()

@@ -20,6 +20,7 @@ from ..errors import (
     MethodNotAllowedError,
     NotFoundError,
     TokenwireError,
+    internal_error,
 )
 
 __all__ = ["OPENAI_ERRORS", "ApiRoute", "ErrorShape", "exception_handlers", "render_error",
@@ -92,8 +93,7 @@ async def _http(request: Request, exc: Exception) -> Response:
 
 async def _unexpected(request: Request, exc: Exception) -> Response:
     log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
-    return render_error(TokenwireError(f"internal error: {type(exc).__name__}",
-                                       code="internal_error"), shape_of(request.scope))
+    return render_error(internal_error("internal error", exc), shape_of(request.scope))
 
 
 exception_handlers = {

@@ -20,7 +20,7 @@ from typing import Any
 from starlette.responses import StreamingResponse
 from starlette.types import Send
 
-from ..errors import TokenwireError
+from ..errors import TokenwireError, internal_error
 from ..serving.generation import Stream
 from ._json import dumps
 
@@ -73,8 +73,7 @@ class SSEResponse(StreamingResponse):
 def _error_frame(exc: Exception, typed: bool) -> bytes:
     if not isinstance(exc, TokenwireError):
         log.error("stream failed", exc_info=exc)
-    err = exc if isinstance(exc, TokenwireError) else TokenwireError(
-        f"the stream failed: {type(exc).__name__}", code="internal_error")
+    err = exc if isinstance(exc, TokenwireError) else internal_error("the stream failed", exc)
     if typed:  # OpenAI's `error` event: its own type, the error's code, message and param
         return b"event: error\ndata: " + dumps({**err.to_body()["error"], "type": "error"}) \
             + b"\n\n"

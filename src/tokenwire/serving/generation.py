@@ -31,7 +31,12 @@ from ..engines.base import (
     TokenEvent,
     WeightSpan,
 )
-from ..errors import InvalidRequestError, ServiceUnavailableError, TokenwireError
+from ..errors import (
+    InvalidRequestError,
+    ServiceUnavailableError,
+    TokenwireError,
+    internal_error,
+)
 from ..metrics import TokenClock, TokenTimer
 from ..protocol.common import ResponseWarning, StreamOptions, Usage, WeightVersionSpan
 from ..protocol.generate import GenerateStreamOptions
@@ -173,10 +178,12 @@ class Choices:
 
     __slots__ = ("_streams", "_updates", "more")
 
-    def __init__(self, streams: list[EventStream]) -> None:
+    def __init__(self, streams: list[EventStream],
+                 updates: Callable[[Choices], AsyncGenerator[ChoiceUpdate, None]]) -> None:
+        """`updates`: the streams' updates, given this to say `more` on."""
         self.more = False
         self._streams = streams
-        self._updates: AsyncGenerator[ChoiceUpdate, None]
+        self._updates = updates(self)
 
     def __aiter__(self) -> AsyncGenerator[ChoiceUpdate, None]:
         return self._updates
@@ -374,14 +381,12 @@ async def run_choices(engine: Engine, jobs: Sequence[tuple[Sequence[int], Sampli
 def _merge(streams: list[EventStream], decoders: list[OutputDecoder],
            check: OutputCheck | None, clocks: list[TokenClock | None],
            splits: list[ReasoningStream | None]) -> Choices:
-    out = Choices(streams)
     if len(streams) == 1:  # the common case: read where it is consumed, no task, no queue
-        out._updates = _updates(0, streams[0], decoders[0], check, clocks[0], out, splits[0])
-    else:
-        out._updates = _merged([_updates(i, s, d, check, c, split=r) for i, (s, d, c, r) in
-                                enumerate(zip(streams, decoders, clocks, splits, strict=True))],
-                               out)
-    return out
+        return Choices(streams, lambda flow: _updates(0, streams[0], decoders[0], check,
+                                                      clocks[0], flow, splits[0]))
+    return Choices(streams, lambda flow: _merged([_updates(
+        i, s, d, check, c, split=r) for i, (s, d, c, r) in enumerate(
+            zip(streams, decoders, clocks, splits, strict=True))], flow))
 
 
 async def _merged(choices: list[AsyncGenerator[ChoiceUpdate, None]], flow: Choices,
@@ -450,7 +455,7 @@ class Stream(Generic[E]):
     async def _run(self, family: Family[E], choices: Choices,
                    count: Callable[[Totals], Usage]) -> AsyncGenerator[E, None]:
         totals = Totals()
-        failed: list[E] | None = None
+        last: list[E] | None = None  # a failure's events, else what the family closes with
         try:
             events = family.start()
             for k, ev in enumerate(events, 1):
@@ -464,25 +469,24 @@ class Stream(Generic[E]):
                     self.more = k < len(events) or choices.more
                     yield ev
         except Exception as exc:  # noqa: BLE001 - the family ends the stream in its shape
-            failed = _failed(family, exc)
+            last = _failed(family, exc)
         finally:
             await choices.aclose()
             usage = count(totals)
-        if failed is None:
+        if last is None:
             try:  # what was held back (a stored response's) may still fail
-                failed = await family.close(usage)
+                last = await family.close(usage)
             except Exception as exc:  # noqa: BLE001 - as above
-                failed = _failed(family, exc)
-        for k, ev in enumerate(failed, 1):
-            self.more = k < len(failed)
+                last = _failed(family, exc)
+        for k, ev in enumerate(last, 1):
+            self.more = k < len(last)
             yield ev
 
 
 def _failed(family: Family[E], exc: Exception) -> list[E]:
     """A failure's events in the family's shape; re-raised where the family leaves it to the
     SSE writer (`Family.fail` None)."""
-    err = exc if isinstance(exc, TokenwireError) else TokenwireError(
-        f"the stream failed: {type(exc).__name__}", code="internal_error")
+    err = exc if isinstance(exc, TokenwireError) else internal_error("the stream failed", exc)
     events = family.fail(err)
     if events is None:
         raise exc
