@@ -45,6 +45,10 @@ ROUTER_PKGS := smg==1.13.0 vllm-router==0.1.17 py-spy==0.4.3
 # the PostgreSQL server tests/storage starts itself: Debian's package, installed when missing
 # (CI runs as root on a fresh machine)
 POSTGRES_INSTALLED := $(VENV)/.postgresql-installed
+# the browser tests/browser drives (the token inspector): Debian's chromium and its matching
+# chromedriver, installed when missing as PostgreSQL is; Selenium starts them, nothing downloads
+# a browser
+CHROMIUM_INSTALLED := $(VENV)/.chromium-installed
 export TOKENWIRE_STRANDS_PYTHON ?= $(abspath $(STRANDS))/bin/python
 # real vLLM behind the gateway (the fourth pass and tests/e2e/test_vllm.py): its CPU build in a
 # virtualenv of its own (its pins clash with ours), against the +cpu torch that pip's
@@ -172,6 +176,12 @@ $(POSTGRES_INSTALLED): | $(BIN)/python
 	then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql; fi
 	touch $@
 
+$(CHROMIUM_INSTALLED): | $(BIN)/python
+	if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; \
+	then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	    chromium chromium-driver; fi
+	touch $@
+
 $(LLAMA_MODELS_DIR)/.fetched: scripts/llama-cpp-models.sh | $(BIN)/python
 	scripts/llama-cpp-models.sh $(LLAMA_CPP_VERSION) $(LLAMA_MODELS_DIR) $(BIN)/pip
 	touch $@
@@ -193,7 +203,7 @@ GATEWAY_RUN := --ignore=tests/e2e/test_gateway.py --ignore=tests/e2e/test_vllm.p
 # every shipped model is there: a test that needs one fails rather than skips
 test test-quick: export TOKENWIRE_TEST_REQUIRE_MODELS := 1
 test: $(DEV_INSTALLED) $(TOKENWIRE_LLAMA_SERVER) $(CLIENTS_INSTALLED) $(STRANDS_INSTALLED) \
-      $(POSTGRES_INSTALLED) $(HF_MODEL_DIR)/config.json $(LLAMA_MODELS_DIR)/.fetched $(VLLM_DEPS) \
+      $(POSTGRES_INSTALLED) $(CHROMIUM_INSTALLED) $(HF_MODEL_DIR)/config.json $(LLAMA_MODELS_DIR)/.fetched $(VLLM_DEPS) \
       $(TOKENWIRE_THINK_MODEL) $(TOKENWIRE_THINK_HF)/config.json
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 	TOKENWIRE_TEST_UPSTREAM=tokenwire $(BIN)/python -m pytest tests/e2e $(GATEWAY_RUN) $(PYTEST_ARGS)

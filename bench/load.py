@@ -70,6 +70,7 @@ class Report:
             "health_p50_ms": round(1000 * pct(self.health, 0.5), 1),
             "health_p99_ms": round(1000 * pct(self.health, 0.99), 1),
             "health_max_ms": round(1000 * max(self.health, default=0), 1),
+            "health_probes": len(self.health),
             "tokens": self.tokens, "wall_s": round(self.wall, 1),
             "tokens_per_s": round(self.tokens / self.wall, 1) if self.wall else 0.0,
         }
@@ -202,6 +203,8 @@ def main() -> None:
     ap.add_argument("--drop", type=int, default=48)
     ap.add_argument("--concurrency", type=int, default=24)
     ap.add_argument("--max-tokens", type=int, default=32)
+    ap.add_argument("--json", action="store_true",
+                    help="print one JSON object: the summary and the invariant failures")
     args = ap.parse_args()
     proc = None
     url = args.url
@@ -220,6 +223,9 @@ def main() -> None:
     try:
         rep = asyncio.run(run_load(url, good=args.good, bad=args.bad, drop=args.drop,
                                    concurrency=args.concurrency, max_tokens=args.max_tokens))
+        if args.json:
+            print(json.dumps({**rep.summary(), "failures": rep.invariant_failures}))
+            return
         print(json.dumps(rep.summary(), indent=1))
         for f in rep.invariant_failures[:10]:
             print("invariant failure:", f)

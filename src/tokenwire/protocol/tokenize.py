@@ -16,6 +16,7 @@ __all__ = [
     "DetokenizeRequest",
     "DetokenizeResponse",
     "SpecialToken",
+    "TokenPiece",
     "TextEncoding",
     "TokenizeRequest",
     "TokenizeResponse",
@@ -76,11 +77,29 @@ class DetokenizeRequest(RequestModel):
     model: str | None = None
     tokenizer_version: str | None = None
     tokens: list[TokenId]
+    return_pieces: bool = False
+    """Also return what each id stands for on its own (`pieces`): the token inspector's boxes."""
+
+
+class TokenPiece(ResponseModel):
+    """One id's own bytes: its text where they are UTF-8 alone, else the bytes (a character
+    split over several ids)."""
+
+    omit_if_none = frozenset({"bytes"})
+    text: str | None
+    """The id's bytes as text (a control token: its text); null when they are not UTF-8 alone."""
+    bytes: list[int] | None = None
+    """Only where `text` is null."""
+    control: bool
+    """A control token (chat markers, BOS/EOS): never the encoding of plain text."""
 
 
 class DetokenizeResponse(ResponseModel):
+    omit_if_none = frozenset({"pieces"})
     prompt: str
     tokenizer_version: str
+    pieces: list[TokenPiece] | None = None
+    """With `return_pieces`: one per id, in order."""
 
 
 class TranslateRequest(RequestModel):

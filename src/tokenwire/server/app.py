@@ -22,6 +22,7 @@ from ..serving.control import ControlService
 from ..serving.documents import DocumentService
 from ..serving.generate import GenerateService
 from ..serving.guard import Guard
+from ..serving.inspect import InspectService
 from ..serving.loader import load_models
 from ..serving.models import ModelRegistry
 from ..serving.responses import ResponsesService, StoredResponses
@@ -33,6 +34,7 @@ from ..tokenizers.registry import TokenizerRegistry
 from .control import control_routes
 from .docs import docs_routes
 from .errors import exception_handlers
+from .inspector import inspector_routes
 from .middleware import ApiKeyAuth, BodyLimit, RequestMetrics
 from .records import record_routes
 from .routes import routes
@@ -95,7 +97,7 @@ def create_app(settings: Settings | None = None, *, models: ModelRegistry | None
             if store is not None:
                 await store.aclose()
 
-    served = [*routes, *record_routes, *docs_routes, *control_routes]
+    served = [*routes, *record_routes, *docs_routes, *inspector_routes, *control_routes]
     app = Starlette(
         routes=served, exception_handlers=exception_handlers, lifespan=lifespan,
         # outermost first: every answer is counted, refusals included; a request without a
@@ -124,6 +126,7 @@ def create_app(settings: Settings | None = None, *, models: ModelRegistry | None
     app.state.messages = MessagesService(models, tokenizers, settings, guard, metrics,
                                          chat=app.state.chat, tokenize=app.state.tokenize)
     app.state.control = ControlService(models, settings)
+    app.state.inspect = InspectService(tokenizers, app.state.chat)
     return app
 
 

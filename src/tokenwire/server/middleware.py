@@ -20,10 +20,11 @@ from .errors import render_error, shape_of
 
 __all__ = ["API_KEY_STATE", "ApiKeyAuth", "BodyLimit", "RequestMetrics", "caller_of"]
 
-OPEN_PATHS = frozenset({"/health", "/ping", "/openapi.json", "/docs"})
-"""Served without a key: the probes (vLLM's /ping is SageMaker's), and the API's description
-(a browser cannot send one)."""
-OPEN_PREFIXES = ("/docs/assets/",)
+OPEN_PATHS = frozenset({"/health", "/ping", "/openapi.json", "/docs", "/inspect"})
+"""Served without a key: the probes (vLLM's /ping is SageMaker's), the API's description and the
+token inspector's page (a browser cannot send one when it opens a page; the inspector asks for
+the key and sends it with each API call)."""
+OPEN_PREFIXES = ("/docs/assets/", "/inspect/assets/")
 API_KEY_STATE = "api_key"
 """`request.state.api_key`: the key a request was authenticated with."""
 

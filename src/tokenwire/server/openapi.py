@@ -37,6 +37,7 @@ from ..protocol.completions import Completion, CompletionChunk, CompletionReques
 from ..protocol.control import ROLLING_UPDATE, RollingUpdateBody
 from ..protocol.generate import GenerateRequest, GenerateResponse, GenerateStreamResponse
 from ..protocol.health import Health
+from ..protocol.inspect import Inspection
 from ..protocol.render import RenderResponse
 from ..protocol.responses import Response as Response_
 from ..protocol.responses import ResponsesRequest, ResponseStreamEvent
@@ -193,6 +194,13 @@ ENDPOINTS: dict[tuple[str, str], Endpoint] = {
     ("GET", "/v1/chat/completions/{completion_id}"): Endpoint(
         "A stored chat completion; query format (text|tokens|both)", response=ChatCompletion,
         errors=(400, 404)),
+    ("GET", "/v1/inspect/completions/{completion_id}"): Endpoint(
+        "A stored chat completion as the token inspector draws it: prompt and sampled ids, "
+        "each with its piece, the messages' spans, the sampled mask, logprobs, weights",
+        response=Inspection, errors=(400, 404)),
+    ("GET", "/v1/inspect/responses/{response_id}"): Endpoint(
+        "A stored response as the token inspector draws it", response=Inspection,
+        errors=(400, 404)),
     ("POST", "/v1/chat/completions/{completion_id}"): Endpoint(
         "Replace a stored chat completion's metadata", UpdateCompletion, ChatCompletion,
         errors=(400, 404), example={"metadata": {"label": "kept"}}),
@@ -260,6 +268,8 @@ NOT_DOCUMENTED: dict[str, str] = {
     "/openapi.json": "the document itself",
     "/docs": "the page that renders the document",
     "/docs/assets/{name}": "the page's scripts and styles",
+    "/inspect": "the token inspector's page (docs/inspector.md)",
+    "/inspect/assets/{name}": "the inspector's script and styles",
 }
 
 _PARAM = re.compile(r"\{(\w+)(?::\w+)?\}")

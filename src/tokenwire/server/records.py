@@ -30,11 +30,11 @@ from ._json import ModelResponse
 from .middleware import caller_of
 from .validation import parse_body
 
-__all__ = ["record_routes"]
+__all__ = ["path_param", "query_params", "record_routes", "stored_completions", "stored_responses"]
 
 
 
-def _query(request: Request, allowed: Iterable[str]) -> dict[str, str]:
+def query_params(request: Request, allowed: Iterable[str]) -> dict[str, str]:
     """Single-valued query parameters, each one known (`metadata[...]` kept as it is; the
     repeated `include[]` is read by `_include`)."""
     known = set(allowed)
@@ -55,7 +55,7 @@ def _query(request: Request, allowed: Iterable[str]) -> dict[str, str]:
     return out
 
 
-def _path(request: Request, name: str) -> str:
+def path_param(request: Request, name: str) -> str:
     """A path parameter (an id): NUL cannot be in any id, nor in a PostgreSQL string."""
     value: str = request.path_params[name]
     if "\x00" in value:
@@ -97,7 +97,7 @@ def _include(request: Request) -> list[str]:
     return request.query_params.getlist("include[]")
 
 
-def _stored(request: Request) -> StoredCompletions:
+def stored_completions(request: Request) -> StoredCompletions:
     stored: StoredCompletions | None = request.app.state.stored
     if stored is None:
         raise UnsupportedParameterError("this server keeps no records (no storage)",
@@ -105,7 +105,7 @@ def _stored(request: Request) -> StoredCompletions:
     return stored
 
 
-def _responses(request: Request) -> StoredResponses:
+def stored_responses(request: Request) -> StoredResponses:
     stored: StoredResponses | None = request.app.state.responses.stored
     if stored is None:
         raise UnsupportedParameterError("this server keeps no responses (no storage)",
@@ -125,35 +125,35 @@ def _documents(request: Request) -> DocumentService:
 
 
 async def list_completions(request: Request) -> Response:
-    q = _query(request, ("after", "limit", "order", "model", "metadata", "format"))
-    return ModelResponse(await _stored(request).list(
+    q = query_params(request, ("after", "limit", "order", "model", "metadata", "format"))
+    return ModelResponse(await stored_completions(request).list(
         caller_of(request), model=q.get("model"), metadata=_metadata(q), fmt=_format(q),
         **_page(q)))
 
 
 async def get_completion(request: Request) -> Response:
-    q = _query(request, ("format",))
-    return ModelResponse(await _stored(request).get(
-        _path(request, "completion_id"), caller_of(request), _format(q)))
+    q = query_params(request, ("format",))
+    return ModelResponse(await stored_completions(request).get(
+        path_param(request, "completion_id"), caller_of(request), _format(q)))
 
 
 async def update_completion(request: Request) -> Response:
-    _query(request, ())
+    query_params(request, ())
     req = parse_body(await request.body(), UpdateCompletion)
-    return ModelResponse(await _stored(request).update(
-        _path(request, "completion_id"), caller_of(request), req.metadata or {}))
+    return ModelResponse(await stored_completions(request).update(
+        path_param(request, "completion_id"), caller_of(request), req.metadata or {}))
 
 
 async def delete_completion(request: Request) -> Response:
-    _query(request, ())
-    return ModelResponse(await _stored(request).delete(
-        _path(request, "completion_id"), caller_of(request)))
+    query_params(request, ())
+    return ModelResponse(await stored_completions(request).delete(
+        path_param(request, "completion_id"), caller_of(request)))
 
 
 async def completion_messages(request: Request) -> Response:
-    q = _query(request, ("after", "limit", "order", "format"))
-    return ModelResponse(await _stored(request).messages(
-        _path(request, "completion_id"), caller_of(request), fmt=_format(q), **_page(q)))
+    q = query_params(request, ("after", "limit", "order", "format"))
+    return ModelResponse(await stored_completions(request).messages(
+        path_param(request, "completion_id"), caller_of(request), fmt=_format(q), **_page(q)))
 
 
 # -- stored responses -------------------------------------------------------------------------
@@ -161,21 +161,21 @@ async def completion_messages(request: Request) -> Response:
 
 async def get_response(request: Request) -> Response:
     # `include_obfuscation` only concerns a stream, which a stored read is not
-    _query(request, ("include[]", "include_obfuscation"))
-    return ModelResponse(await _responses(request).get(
-        _path(request, "response_id"), caller_of(request), _include(request)))
+    query_params(request, ("include[]", "include_obfuscation"))
+    return ModelResponse(await stored_responses(request).get(
+        path_param(request, "response_id"), caller_of(request), _include(request)))
 
 
 async def delete_response(request: Request) -> Response:
-    _query(request, ())
-    return ModelResponse(await _responses(request).delete(
-        _path(request, "response_id"), caller_of(request)))
+    query_params(request, ())
+    return ModelResponse(await stored_responses(request).delete(
+        path_param(request, "response_id"), caller_of(request)))
 
 
 async def response_input_items(request: Request) -> Response:
-    q = _query(request, ("after", "limit", "order"))
-    return ModelResponse(await _responses(request).input_items(
-        _path(request, "response_id"), caller_of(request),
+    q = query_params(request, ("after", "limit", "order"))
+    return ModelResponse(await stored_responses(request).input_items(
+        path_param(request, "response_id"), caller_of(request),
         **_page({"order": "desc", **q})))  # OpenAI's default order here
 
 
@@ -183,25 +183,25 @@ async def response_input_items(request: Request) -> Response:
 
 
 async def create_document(request: Request) -> Response:
-    _query(request, ())
+    query_params(request, ())
     req = parse_body(await request.body(), NewDocument)
     return ModelResponse(await _documents(request).create(req, caller_of(request)))
 
 
 async def get_document(request: Request) -> Response:
-    q = _query(request, ("format",))
+    q = query_params(request, ("format",))
     return ModelResponse(await _documents(request).get(
-        _path(request, "document_id"), caller_of(request), _format(q) or "tokens"))
+        path_param(request, "document_id"), caller_of(request), _format(q) or "tokens"))
 
 
 async def delete_document(request: Request) -> Response:
-    _query(request, ())
+    query_params(request, ())
     return ModelResponse(await _documents(request).delete(
-        _path(request, "document_id"), caller_of(request)))
+        path_param(request, "document_id"), caller_of(request)))
 
 
 async def search_documents(request: Request) -> Response:
-    _query(request, ())
+    query_params(request, ())
     req = parse_body(await request.body(), DocumentSearchRequest)
     return ModelResponse(await _documents(request).search(req, caller_of(request)))
 

@@ -45,7 +45,7 @@ class StoredCompletions:
             raise DuplicateIdError(f"a completion {id!r} is already stored: send another "
                                    "request_id", param="request_id")
 
-    async def _record(self, id: str, caller: Caller) -> StoredCompletion:
+    async def record(self, id: str, caller: Caller) -> StoredCompletion:
         record = await self._store.get_completion(caller.owner, id)
         if record is None:
             raise CompletionNotFoundError(f"no stored chat completion {id!r}")
@@ -86,7 +86,7 @@ class StoredCompletions:
         return ChatCompletion.model_validate(body)
 
     async def get(self, id: str, caller: Caller, fmt: ReadFormat | None) -> ChatCompletion:
-        return self.render(await self._record(id, caller), fmt)
+        return self.render(await self.record(id, caller), fmt)
 
     async def list(self, caller: Caller, *, model: str | None, metadata: dict[str, str] | None,
                    after: str | None, limit: int, order: Literal["asc", "desc"],
@@ -141,7 +141,7 @@ class StoredCompletions:
         """The request's messages: their content as sent (ids decoded in their own version),
         and with ids, each one's content ids as the model read them (template markers
         excluded), cut from the stored prompt."""
-        record = await self._record(id, caller)
+        record = await self.record(id, caller)
         sent: list[dict[str, Any]] = record.request.get("messages", [])
         want_ids = fmt in ("tokens", "both")
         if want_ids and sent and not record.spans:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,9 +20,11 @@ from ..protocol.tokenize import (
     TokenizeRequest,
     TokenizeResponse,
     TokenizerInfo,
+    TokenPiece,
     TranslateRequest,
     TranslateResponse,
 )
+from ..tokenizers.base import Tokenizer
 from ..tokenizers.conversions import conversion_reason
 from ..tokenizers.registry import TokenizerEntry, TokenizerRegistry
 from ..tokenizers.translate import translator
@@ -33,7 +36,7 @@ from .template import ChatTemplate
 from .tokens import IdSpan, TokenSpace, check_id_range, resolve_token_space
 from .toolcalls import HERMES, template_version
 
-__all__ = ["Artifact", "TokenizeService"]
+__all__ = ["Artifact", "TokenizeService", "pieces"]
 
 
 @functools.lru_cache(maxsize=8)
@@ -160,7 +163,8 @@ class TokenizeService:
         spans = [IdSpan("tokens", req.tokens)]
         self._guard.check_id_count(spans)
         check_id_range(spans, tok)
-        return DetokenizeResponse(prompt=tok.decode(req.tokens), tokenizer_version=tok.version)
+        return DetokenizeResponse(prompt=tok.decode(req.tokens), tokenizer_version=tok.version,
+                                  pieces=pieces(tok, req.tokens) if req.return_pieces else None)
 
     def translate(self, req: TranslateRequest) -> TranslateResponse:
         """Any two registered versions, served by a model or not (tokenizers/translate.py)."""
@@ -223,3 +227,16 @@ class TokenizeService:
         entry = self._tokenizers.get(name)
         return Artifact(data=entry.tokenizer.artifact, sha256=entry.sha256,
                         version=entry.version, by_alias=name != entry.version)
+
+
+def pieces(tok: Tokenizer, ids: Sequence[int]) -> list[TokenPiece]:
+    """What each id stands for on its own (the token inspector's boxes)."""
+    special = tok.special_ids
+    out = []
+    for t in ids:
+        raw = tok.token_bytes(t)
+        try:
+            out.append(TokenPiece(text=raw.decode("utf-8"), control=t in special))
+        except UnicodeDecodeError:
+            out.append(TokenPiece(text=None, bytes=list(raw), control=t in special))
+    return out

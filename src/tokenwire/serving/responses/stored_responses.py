@@ -197,7 +197,7 @@ class StoredResponses:
                                         code="previous_response_not_found")
         return record
 
-    async def _record(self, id: str, caller: Caller) -> StoredResponse:
+    async def record(self, id: str, caller: Caller) -> StoredResponse:
         record = await self._store.get_response(caller.owner, id)
         if record is None:
             raise ResponseNotFoundError(f"no stored response {id!r}")
@@ -208,7 +208,7 @@ class StoredResponses:
         written by an older release reads back as it was sent, whatever today's model
         requires); `include` may add `input.token_ids` (the prompt is kept), and may name what
         the response was created with (nothing else can be made again after the fact)."""
-        record = await self._record(id, caller)
+        record = await self.record(id, caller)
         body = dict(record.response)
         had = set(record.request.get("include") or [])
         for i, entry in enumerate(include):
@@ -233,7 +233,7 @@ class StoredResponses:
     async def input_items(self, id: str, caller: Caller, *, after: str | None, limit: int,
                           order: Literal["asc", "desc"]) -> ResponseItemList:
         """This response's own input items (an earlier response's are listed under its id)."""
-        items = (await self._record(id, caller)).input_items
+        items = (await self.record(id, caller)).input_items
         if order == "desc":
             items = items[::-1]
         if after is not None:
