@@ -18,11 +18,10 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
 from tests.browser.conftest import screenshot
-from tests.conftest import TEST_UPSTREAM, LiveServer, free_port, start_server
+from tests.conftest import LiveServer, free_port, start_server
 from tests.upstreams import Upstream
 
-pytestmark = [pytest.mark.engine, pytest.mark.skipif(
-    bool(TEST_UPSTREAM), reason="the page is the same through a gateway: run once")]
+pytestmark = pytest.mark.engine
 
 MODEL = "SmolLM2-135M-Instruct"
 BOXES = """return [...document.querySelectorAll(arguments[0] + ' .tok')].map(
@@ -280,7 +279,8 @@ def test_thinking_kept_and_dropped_side_by_side(browser: Any, think_server: str,
     ask = [{"role": "user", "content": "What is the weather in Paris?"}]
     r = httpx.post(f"{think_server}/v1/chat/completions", timeout=120, json={
         "model": "smollm2-think", "messages": ask, "tools": [WEATHER], "temperature": 0,
-        "max_tokens": 120, "response_format_tokens": True, "return_token_ids": True}).json()
+        "max_tokens": 120, "response_format_tokens": True, "return_token_ids": True,
+        "store": True}).json()
     choice = r["choices"][0]
     msg = choice["message"]
     assert msg["reasoning_token_ids"] and choice["finish_reason"] == "tool_calls"
@@ -310,3 +310,9 @@ def test_thinking_kept_and_dropped_side_by_side(browser: Any, think_server: str,
     assert thought[1:-1] == msg["reasoning_token_ids"]
     assert not [b for b in right if b[1] == "reasoning"]
     assert screenshot(browser, "thinking", tmp_path).stat().st_size > 10_000
+    # the same answer stored: its reasoning is its own span among the sampled ids
+    browser.get(f"{think_server}/inspect?completion={r['id']}")
+    wait_view(browser, "stored")
+    sampled = boxes(browser, "#view .tokens[data-choice='0']")
+    assert [b[0] for b in sampled] == choice["token_ids"]
+    assert [b[0] for b in sampled if b[1] == "reasoning"][1:-1] == msg["reasoning_token_ids"]
