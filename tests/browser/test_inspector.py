@@ -187,6 +187,7 @@ def test_a_stored_response_by_id(browser: Any, live_server: LiveServer, tmp_path
     sampled = boxes(browser, "#view .tokens[data-choice='0']")
     text = [p for item in r["output"] if item["type"] == "message" for p in item["content"]]
     assert len(sampled) == len(text[0]["logprobs"]) and None not in [b[3] for b in sampled]
+    assert screenshot(browser, "stored-response", tmp_path).stat().st_size > 10_000
 
 
 def test_bad_input_shows_the_apis_error(browser: Any, live_server: LiveServer,
@@ -254,7 +255,7 @@ WEATHER: Any = {"type": "function", "function": {
 
 
 @pytest.fixture(scope="module")
-def think_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def think_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
     """`tokenwire serve --model smollm2-think`: a model that reasons (tests/e2e/
     test_reasoning_model.py)."""
     path = Path(os.environ.get("TOKENWIRE_THINK_MODEL", "/nonexistent"))
@@ -268,34 +269,35 @@ def think_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                                       "smollm2-think", "--port", str(port)], port,
                   tmp / "serve.log", env={"TOKENWIRE_TOKENIZER_STORE": str(tmp / "store"),
                                           "TOKENWIRE_THINK_MODEL": str(path)}).start()
-    try:
-        yield up.url
+    try:  # the model is named by its file
+        yield up.url, httpx.get(f"{up.url}/v1/models").json()["data"][0]["id"]
     finally:
         up.stop()
 
 
-def test_thinking_kept_and_dropped_side_by_side(browser: Any, think_server: str,
+def test_thinking_kept_and_dropped_side_by_side(browser: Any, think_server: tuple[str, str],
                                                 tmp_path: Path) -> None:
+    url, model = think_server
     ask = [{"role": "user", "content": "What is the weather in Paris?"}]
-    r = httpx.post(f"{think_server}/v1/chat/completions", timeout=120, json={
-        "model": "smollm2-think", "messages": ask, "tools": [WEATHER], "temperature": 0,
+    r = httpx.post(f"{url}/v1/chat/completions", timeout=120, json={
+        "model": model, "messages": ask, "tools": [WEATHER], "temperature": 0,
         "max_tokens": 120, "response_format_tokens": True, "return_token_ids": True,
         "store": True}).json()
     choice = r["choices"][0]
     msg = choice["message"]
     assert msg["reasoning_token_ids"] and choice["finish_reason"] == "tool_calls"
-    body = {"model": "smollm2-think", "tokenizer_version": r["tokenizer_version"],
+    body = {"model": model, "tokenizer_version": r["tokenizer_version"],
             "tools": [WEATHER], "messages": [
         *ask, {"role": "assistant", "content": msg["content"], "reasoning": msg["reasoning"],
                "tool_calls": msg["tool_calls"],
                "token_ids": choice["token_ids"] + [choice["stop_reason"]]},
         {"role": "tool", "tool_call_id": msg["tool_calls"][0]["id"],
          "content": '{"city": "Paris", "temperature_c": 18}'}]}
-    browser.get(f"{think_server}/inspect")
+    browser.get(f"{url}/inspect")
     paste(browser, body, "drift")
     wait_view(browser, "drift")
-    kept = httpx.post(f"{think_server}/v1/chat/completions/render", json=body).json()
-    dropped = httpx.post(f"{think_server}/v1/chat/completions/render",
+    kept = httpx.post(f"{url}/v1/chat/completions/render", json=body).json()
+    dropped = httpx.post(f"{url}/v1/chat/completions/render",
                          json={**body, "keep_reasoning": False}).json()
     first = first_difference(kept["token_ids"], dropped["token_ids"])
     pair = "[data-pair='thinking']"
@@ -311,7 +313,7 @@ def test_thinking_kept_and_dropped_side_by_side(browser: Any, think_server: str,
     assert not [b for b in right if b[1] == "reasoning"]
     assert screenshot(browser, "thinking", tmp_path).stat().st_size > 10_000
     # the same answer stored: its reasoning is its own span among the sampled ids
-    browser.get(f"{think_server}/inspect?completion={r['id']}")
+    browser.get(f"{url}/inspect?completion={r['id']}")
     wait_view(browser, "stored")
     sampled = boxes(browser, "#view .tokens[data-choice='0']")
     assert [b[0] for b in sampled] == choice["token_ids"]
