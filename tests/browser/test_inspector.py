@@ -275,6 +275,7 @@ def think_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str
         up.stop()
 
 
+@pytest.mark.slow  # a server process of its own, on the thinking model
 def test_thinking_kept_and_dropped_side_by_side(browser: Any, think_server: tuple[str, str],
                                                 tmp_path: Path) -> None:
     url, model = think_server
