@@ -170,6 +170,13 @@ def test_a_stored_completion_by_id(browser: Any, live_server: LiveServer,
     assert {b[2] for b in sampled} == {"1"}
     assert [b[3] for b in sampled] == pytest.approx(
         [e["logprob"] for e in choice["logprobs"]["content"]])
+    # the weights that sampled each id, as the choice's spans say (the embedded engine's)
+    weights = browser.execute_script(
+        "return [...document.querySelectorAll('#view .tokens[data-choice] .tok')]"
+        ".map(e => e.dataset.weightVersion)")
+    spans = choice["weight_versions"]
+    assert spans and weights == [next(w["version"] for w in spans if w["start"] <= i < w["end"])
+                                 for i in range(len(weights))]
     assert screenshot(browser, "stored-completion", tmp_path).stat().st_size > 10_000
 
 

@@ -48,10 +48,10 @@ STORY = "Tell me a long story about a dragon who learns to bake bread, {}."
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Upstream]]:
     """Two vLLM replicas (LoRA adapters loadable at run time), started side by side (each takes
-    about a minute)."""
+    about a minute), each on a core of its own."""
     tmp = tmp_path_factory.mktemp("vllm")
-    ups = start_together(*[u.start for u in [vllm_server(tmp, start=False, lora=True)
-                                             for _ in range(2)]])
+    ups = start_together(*[u.start for u in [vllm_server(tmp, start=False, lora=True, cpu=i)
+                                             for i in range(2)]])
     yield ups
     for u in ups:
         u.stop()

