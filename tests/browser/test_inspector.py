@@ -61,6 +61,22 @@ def first_difference(a: list[int], b: list[int]) -> int:
     return next((i for i in range(n) if a[i] != b[i]), n)
 
 
+def drawn_pair(browser: Any, pair: str, left: dict[str, Any],
+               right: dict[str, Any]) -> tuple[list[list[Any]], list[list[Any]], int]:
+    """A side-by-side pair as the page drew it, against the two renders it shows: its summary
+    names their first difference, and each column holds its render's ids. Returns the columns'
+    boxes and that difference."""
+    first = first_difference(left["token_ids"], right["token_ids"])
+    scope = f"[data-pair='{pair}']"
+    summary = browser.find_element(By.CSS_SELECTOR, f"{scope} .summary")
+    assert summary.get_attribute("data-first-diff") == str(first)
+    left_boxes = boxes(browser, f"{scope} [data-side='ids']")
+    right_boxes = boxes(browser, f"{scope} [data-side='text']")
+    assert [b[0] for b in left_boxes] == left["token_ids"]
+    assert [b[0] for b in right_boxes] == right["token_ids"]
+    return left_boxes, right_boxes, first
+
+
 def expected_spans(render: dict[str, Any]) -> list[str]:
     roles = {"system": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
     kinds = ["template"] * len(render["token_ids"])
@@ -133,15 +149,9 @@ def test_the_drift_view_marks_the_first_differing_token(browser: Any, live_serve
                                       {"role": "assistant", "content": "Hi there"},
                                       body["messages"][2]]}
     text = httpx.post(f"{live_server.url}/v1/chat/completions/render", json=text_body).json()
-    first = first_difference(ids["token_ids"], text["token_ids"])
+    _, right, first = drawn_pair(browser, "drift", ids, text)
     assert first == ids["spans"][1]["start"]  # where the assistant's ids begin
     pair = "[data-pair='drift']"
-    summary = browser.find_element(By.CSS_SELECTOR, f"{pair} .summary")
-    assert summary.get_attribute("data-first-diff") == str(first)
-    left = boxes(browser, f"{pair} [data-side='ids']")
-    right = boxes(browser, f"{pair} [data-side='text']")
-    assert [b[0] for b in left] == ids["token_ids"]
-    assert [b[0] for b in right] == text["token_ids"]
     assert [int(b[2]) for b in right] == text["sampled_mask"] and 1 not in text["sampled_mask"]
     marked = browser.find_elements(By.CSS_SELECTOR, f"{pair} .tok[data-first-diff='1']")
     assert [m.get_attribute("data-token-id") for m in marked] == [
@@ -307,14 +317,7 @@ def test_thinking_kept_and_dropped_side_by_side(browser: Any, think_server: tupl
     kept = httpx.post(f"{url}/v1/chat/completions/render", json=body).json()
     dropped = httpx.post(f"{url}/v1/chat/completions/render",
                          json={**body, "keep_reasoning": False}).json()
-    first = first_difference(kept["token_ids"], dropped["token_ids"])
-    pair = "[data-pair='thinking']"
-    summary = browser.find_element(By.CSS_SELECTOR, f"{pair} .summary")
-    assert summary.get_attribute("data-first-diff") == str(first)
-    left = boxes(browser, f"{pair} [data-side='ids']")
-    right = boxes(browser, f"{pair} [data-side='text']")
-    assert [b[0] for b in left] == kept["token_ids"]
-    assert [b[0] for b in right] == dropped["token_ids"]
+    left, right, _ = drawn_pair(browser, "thinking", kept, dropped)
     # the sampled reasoning, between its markers, is its own span where it is kept
     thought = [b[0] for b in left if b[1] == "reasoning"]
     assert thought[1:-1] == msg["reasoning_token_ids"]
