@@ -13,6 +13,7 @@ from .base import (
     ReplicaLostError,
     SamplingParams,
     TokenEvent,
+    TokenRun,
 )
 
 __all__ = [
@@ -28,4 +29,5 @@ __all__ = [
     "ReplicaLostError",
     "SamplingParams",
     "TokenEvent",
+    "TokenRun",
 ]

@@ -9,9 +9,10 @@ away, a stop string matched) cancels the sequence and frees its slot.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from array import array
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, overload, runtime_checkable
 
 from ..errors import (
     ContextLengthExceededError,
@@ -46,7 +47,9 @@ __all__ = [
     "SamplingParams",
     "StructuralTag",
     "TokenEvent",
+    "TokenRun",
     "WeightSpan",
+    "join_events",
 ]
 
 
@@ -196,6 +199,98 @@ class TokenEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class TokenRun(Sequence[TokenEvent]):
+    """`ids[i]` was sampled with `logprobs[i]` (None: no logprobs asked); its top entries are
+    `top_ids[top_starts[i]:top_starts[i + 1]]` with `top_logprobs` alike, most likely first."""
+
+    ids: array[int]
+    logprobs: array[float] | None = None
+    top_ids: array[int] | None = None
+    top_logprobs: array[float] | None = None
+    top_starts: array[int] | None = None
+
+    @classmethod
+    def of(cls, ids: Sequence[int], logprobs: Sequence[float] | None = None,
+           tops: Sequence[Sequence[tuple[int, float]]] | None = None) -> TokenRun:
+        """From per-token lists (`tops`: each token's (id, logprob) entries)."""
+        if logprobs is None:
+            return cls(array("q", ids))
+        starts = array("q", [0])
+        top_ids: array[int] = array("q")
+        top_lps: array[float] = array("d")
+        for entries in tops or [()] * len(ids):
+            for t, lp in entries:
+                top_ids.append(t)
+                top_lps.append(lp)
+            starts.append(len(top_ids))
+        return cls(array("q", ids), array("d", logprobs), top_ids, top_lps, starts)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @overload
+    def __getitem__(self, i: int) -> TokenEvent: ...
+    @overload
+    def __getitem__(self, i: slice) -> TokenRun: ...
+
+    def __getitem__(self, i: int | slice) -> TokenEvent | TokenRun:
+        if isinstance(i, slice):
+            start, stop, step = i.indices(len(self.ids))
+            if step != 1:
+                raise ValueError("a run is sliced contiguously")
+            return self._slice(start, max(start, stop))
+        if i < 0:
+            i += len(self.ids)
+        if self.logprobs is None:
+            return TokenEvent(self.ids[i])
+        return TokenEvent(self.ids[i], self.logprobs[i], self.top(i))
+
+    def __iter__(self) -> Iterator[TokenEvent]:
+        return (self[i] for i in range(len(self.ids)))
+
+    def top(self, i: int) -> tuple[tuple[int, float], ...]:
+        if self.top_starts is None or self.top_ids is None or self.top_logprobs is None:
+            return ()
+        a, b = self.top_starts[i], self.top_starts[i + 1]
+        return tuple(zip(self.top_ids[a:b], self.top_logprobs[a:b], strict=True))
+
+    def _slice(self, a: int, b: int) -> TokenRun:
+        if self.logprobs is None:
+            return TokenRun(self.ids[a:b])
+        assert self.top_starts is not None and self.top_ids is not None \
+            and self.top_logprobs is not None
+        lo, hi = self.top_starts[a], self.top_starts[b]
+        starts = array("q", (s - lo for s in self.top_starts[a:b + 1]))
+        return TokenRun(self.ids[a:b], self.logprobs[a:b], self.top_ids[lo:hi],
+                        self.top_logprobs[lo:hi], starts)
+
+    def __add__(self, other: TokenRun) -> TokenRun:
+        if (self.logprobs is None) != (other.logprobs is None):
+            raise ValueError("runs with and without logprobs do not join")
+        if self.logprobs is None or other.logprobs is None:
+            return TokenRun(self.ids + other.ids)
+        assert self.top_starts is not None and other.top_starts is not None
+        assert self.top_ids is not None and other.top_ids is not None
+        assert self.top_logprobs is not None and other.top_logprobs is not None
+        shift = self.top_starts[-1]
+        return TokenRun(self.ids + other.ids, self.logprobs + other.logprobs,
+                        self.top_ids + other.top_ids, self.top_logprobs + other.top_logprobs,
+                        self.top_starts + array("q", (s + shift for s in other.top_starts[1:])))
+
+
+def join_events(a: Sequence[TokenEvent], b: Sequence[TokenEvent]) -> Sequence[TokenEvent]:
+    """`a` then `b`: runs stay runs (no event is made); anything else becomes a list."""
+    if not b:
+        return a
+    if not a:
+        return b
+    if isinstance(a, TokenRun) and isinstance(b, TokenRun) \
+            and (a.logprobs is None) == (b.logprobs is None):
+        return a + b
+    return [*a, *b]
+
+
+@dataclass(frozen=True, slots=True)
 class WeightSpan:
     """Output tokens `[start, end)` were sampled by the weights labelled `version` (vLLM 0.32's
     `WeightVersionSpan`: with asynchronous RL a weight update can land mid-generation)."""
@@ -233,7 +328,7 @@ class PromptLogprobsEvent:
     entries: tuple[TokenEvent, ...]
 
 
-EngineEvent = TokenEvent | FinishEvent | PromptLogprobsEvent
+EngineEvent = TokenEvent | TokenRun | FinishEvent | PromptLogprobsEvent
 
 
 @runtime_checkable

@@ -31,9 +31,13 @@ Ids are never decoded or re-encoded: `detokenize` is off on generate.
 from __future__ import annotations
 
 import json
+from array import array
 from collections.abc import Sequence
 from dataclasses import replace
+from operator import attrgetter
 from typing import Any
+
+import msgspec
 
 from ..errors import ServiceUnavailableError
 from .base import (
@@ -45,6 +49,7 @@ from .base import (
     PromptLogprobsEvent,
     SamplingParams,
     TokenEvent,
+    TokenRun,
     WeightSpan,
 )
 from .upstream import ChunkDecoder, Replica, UpstreamEngine, UpstreamInfo
@@ -67,6 +72,46 @@ def _id(entry: dict[str, Any]) -> int | None:
     if isinstance(s, str) and s.startswith("token_id:") and s[9:].isdigit():
         return int(s[9:])
     return None
+
+
+class _Candidate(msgspec.Struct, gc=False):
+    logprob: float
+    token_id: int | None = None
+    token: str | None = None
+
+
+class _Entry(msgspec.Struct, gc=False):
+    logprob: float
+    top_logprobs: list[_Candidate] | None = None
+
+
+class _Logprobs(msgspec.Struct, gc=False):
+    """A choice's logprobs as generate sends them (only what is read: msgspec skips the
+    rest)."""
+
+    content: list[_Entry] | None = None
+
+
+class _Choice(msgspec.Struct, gc=False):
+    index: int = 0
+    token_ids: list[int] | None = None
+    logprobs: _Logprobs | None = None
+    finish_reason: str | None = None
+    weight_versions: Any = None
+    routed_experts: Any = None
+    sampling_mask: Any = None
+    prompt_logprobs: Any = None
+
+
+class _Whole(msgspec.Struct, gc=False):
+    choices: list[_Choice] = []
+    prompt_logprobs: Any = None
+    usage: Any = None
+    error: Any = None
+
+
+_WHOLE = msgspec.json.Decoder(_Whole)
+_LOGPROB = attrgetter("logprob")
 
 
 def _top(cands: Sequence[tuple[int | None, float]], k: int) -> tuple[tuple[int, float], ...]:
@@ -96,8 +141,11 @@ class _Decoder(ChunkDecoder):
             if choice.get("prompt_logprobs") is not None:  # completions: per choice
                 events.append(self._scored(choice["prompt_logprobs"]))
             ids = list(choice.get("token_ids") or [])
-            tokens = self._tokens(ids, choice.get("logprobs"))
             masks = choice.get("sampling_mask")
+            run = self._run(ids, choice.get("logprobs")) if len(ids) > 1 and masks is None \
+                else None
+            tokens: Sequence[TokenEvent] = run if run is not None \
+                else self._tokens(ids, choice.get("logprobs"))
             if isinstance(masks, list) and len(masks) == len(tokens):
                 tokens = [replace(t, sampling_mask=tuple(m)) for t, m in zip(tokens, masks,
                                                                              strict=True)]
@@ -106,8 +154,13 @@ class _Decoder(ChunkDecoder):
             if self._params.max_tokens == 0:
                 tokens, reason = [], "length" if reason is not None else None
             elif reason == "stop" and tokens and tokens[-1].token_id in self._stops:
-                stop_token = tokens.pop()
-            events += tokens
+                stop_token = tokens[-1]
+                tokens = tokens[:-1]
+            if isinstance(tokens, TokenRun):
+                if tokens:
+                    events.append(tokens)
+            else:
+                events += tokens
             if reason is not None:
                 if reason not in ("stop", "length", "abort"):  # abort: a pause?mode=abort
                     raise ServiceUnavailableError(f"vLLM ended the request: {reason}")
@@ -133,8 +186,56 @@ class _Decoder(ChunkDecoder):
         finish, self._finish = self._finish, None
         return [finish] if finish is not None else []
 
+    def parse(self, body: bytes) -> Any:
+        """A whole generate body: its logprobs read straight into structs (msgspec; no dict
+        per entry), the rest as `feed` reads it. Another shape (an error, an older release)
+        is parsed as any JSON."""
+        try:
+            whole = _WHOLE.decode(body)
+        except (msgspec.ValidationError, msgspec.DecodeError):
+            return super().parse(body)
+        if whole.error is not None:
+            return super().parse(body)
+        return {"choices": [msgspec.structs.asdict(c) for c in whole.choices],
+                "prompt_logprobs": whole.prompt_logprobs, "usage": whole.usage}
+
+    def _run(self, ids: list[int], lp: Any) -> TokenRun | None:
+        """A whole answer's tokens as one run (None: a shape the per-token path reads)."""
+        k = self._params.logprobs
+        if k is None or lp is None:
+            return TokenRun(array("q", ids))
+        if not isinstance(lp, _Logprobs):
+            try:
+                lp = msgspec.convert(lp, _Logprobs)
+            except msgspec.ValidationError:
+                return None
+        content = lp.content
+        if content is None or len(content) != len(ids):
+            return None  # legacy completions' parallel lists, or logprobs for some ids only
+        starts = array("q", [0])
+        top_ids: array[int] = array("q")
+        top_lps: array[float] = array("d")
+        for e in content:
+            cands = e.top_logprobs or ()
+            if k == 1 and all(c.token_id is not None for c in cands):
+                # the common RL case (top 1): `_top`'s pick, without its sort
+                if cands:
+                    best = max(cands, key=_LOGPROB)
+                    top_ids.append(best.token_id)
+                    top_lps.append(best.logprob)
+            else:
+                for t, v in _top([(c.token_id if c.token_id is not None
+                                   else _id({"token": c.token}), c.logprob) for c in cands], k):
+                    top_ids.append(t)
+                    top_lps.append(v)
+            starts.append(len(top_ids))
+        return TokenRun(array("q", ids), array("d", [e.logprob for e in content]), top_ids,
+                        top_lps, starts)
+
     def _tokens(self, ids: list[int], lp: Any) -> list[TokenEvent]:
         k = self._params.logprobs
+        if isinstance(lp, _Logprobs):
+            lp = msgspec.to_builtins(lp)
         if k is None or not isinstance(lp, dict):
             return [TokenEvent(t) for t in ids]
         out = []

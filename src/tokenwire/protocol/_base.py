@@ -8,9 +8,11 @@ from __future__ import annotations
 import copy
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict
+import orjson
+from pydantic import BaseModel, ConfigDict, GetCoreSchemaHandler
+from pydantic_core import core_schema
 
-__all__ = ["RequestModel", "ResponseModel"]
+__all__ = ["RawJSON", "RequestModel", "ResponseModel"]
 
 
 def _neutral_only(schema: dict[str, Any], cls: type[BaseModel]) -> None:
@@ -54,6 +56,15 @@ class ResponseModel(BaseModel):
     model_config = ConfigDict(extra="allow", use_attribute_docstrings=True,
                               json_schema_extra=_always_sent)
     omit_if_none: ClassVar[frozenset[str]] = frozenset()
+    carries_raw: ClassVar[bool] = False
+    """Some field may hold `RawJSON` (a whole answer's logprobs): `json_bytes` writes it with
+    orjson, which splices it in unparsed."""
+
+    def json_bytes(self) -> bytes:
+        """This response as JSON, as sent."""
+        if self.carries_raw:
+            return orjson.dumps(self.model_dump())
+        return self.model_dump_json().encode()
 
     @classmethod
     def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
@@ -69,3 +80,33 @@ class ResponseModel(BaseModel):
 
 def _is_none(value: object) -> bool:
     return value is None
+
+
+class RawJSON:
+    """A field's JSON written in bulk elsewhere (a whole answer's logprobs: thousands of entries,
+    serving/logprobs.py), in place of the models it stands for. `ResponseModel.json_bytes`
+    splices it in as it is; any other dump reads it back first (the same JSON)."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes):
+        self.data = data
+
+    @classmethod
+    def array(cls, items: list[str]) -> RawJSON:
+        """A JSON array of items each already JSON."""
+        return cls(("[" + ",".join(items) + "]").encode())
+
+    def parsed(self) -> Any:
+        return orjson.loads(self.data)
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any,
+                                     handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
+        return core_schema.is_instance_schema(
+            cls, serialization=core_schema.plain_serializer_function_ser_schema(
+                _raw, info_arg=True))
+
+
+def _raw(value: RawJSON, info: core_schema.SerializationInfo) -> Any:
+    return value.parsed() if info.mode_is_json() else orjson.Fragment(value.data)

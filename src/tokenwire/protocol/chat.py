@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BeforeValidator, Discriminator, Field, Tag, field_validator, model_validator
+from pydantic.json_schema import SkipJsonSchema
 
-from ._base import RequestModel, ResponseModel
+from ._base import RawJSON, RequestModel, ResponseModel
 from .common import (
     Metadata,
     PromptLogprob,
@@ -267,7 +268,8 @@ class ChatCompletionRequest(VllmSamplingFields):
 
 
 class ChoiceLogprobs(ResponseModel):
-    content: list[TokenLogprob] | None
+    content: list[TokenLogprob] | SkipJsonSchema[RawJSON] | None
+    """A whole answer's entries come as `RawJSON` (written in bulk), the same JSON."""
     refusal: None = None
 
 
@@ -337,6 +339,7 @@ class _TokenNative(ResponseModel):
 
 class ChatCompletion(_TokenNative):
     omit_if_none = _TokenNative.omit_if_none | {"metadata"}
+    carries_raw = True
     object: Literal["chat.completion"] = "chat.completion"
     choices: list[ChatChoice]
     usage: Usage | None = None

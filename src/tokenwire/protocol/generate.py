@@ -16,8 +16,9 @@ from __future__ import annotations
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, StrictInt
+from pydantic.json_schema import SkipJsonSchema
 
-from ._base import RequestModel, ResponseModel
+from ._base import RawJSON, RequestModel, ResponseModel
 from .common import ResponseWarning, StopStrings, TokenId, Usage, WeightVersionSpan
 from .sampling import WeightBoundFields
 
@@ -197,7 +198,8 @@ class GenerateLogprobEntry(GenerateLogprob):
 
 
 class GenerateLogprobs(ResponseModel):
-    content: list[GenerateLogprobEntry] | None = None
+    content: list[GenerateLogprobEntry] | SkipJsonSchema[RawJSON] | None = None
+    """A whole answer's entries come as `RawJSON` (written in bulk), the same JSON."""
 
 
 class GenerateChoice(ResponseModel):
@@ -245,6 +247,7 @@ class _GenerateBase(ResponseModel):
 
 
 class GenerateResponse(_GenerateBase):
+    carries_raw = True
     prompt_logprobs: list[dict[str, GenerateLogprob] | None] | None = None
     """Per prompt position (the first is null): the prompt token and the most likely ones,
     keyed by id, as vLLM sends them."""
@@ -252,3 +255,5 @@ class GenerateResponse(_GenerateBase):
 
 class GenerateStreamResponse(_GenerateBase):
     """One event: one choice's new ids; a last event with `choices: []` carries usage."""
+
+    carries_raw = True

@@ -6,6 +6,8 @@ from typing import Any
 from pydantic import BaseModel
 from starlette.responses import Response
 
+from ..protocol._base import ResponseModel
+
 
 def dumps(obj: Any) -> bytes:
     return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
@@ -17,6 +19,8 @@ class ModelResponse(Response):
     media_type = "application/json"
 
     def render(self, content: Any) -> bytes:
+        if isinstance(content, ResponseModel):
+            return content.json_bytes()
         if isinstance(content, BaseModel):
             return content.model_dump_json().encode()
         return dumps(content)

@@ -55,9 +55,9 @@ class SSEResponse(StreamingResponse):
                     break
                 if typed:
                     held.append(b"event: " + ev.type.encode() + b"\ndata: "
-                                + ev.model_dump_json().encode() + b"\n\n")
+                                + ev.json_bytes() + b"\n\n")
                 else:
-                    held.append(b"data: " + ev.model_dump_json().encode() + b"\n\n")
+                    held.append(b"data: " + ev.json_bytes() + b"\n\n")
                 if events.more:  # the next is at hand: one write for both
                     continue
                 await send({"type": "http.response.body", "body": b"".join(held),

@@ -50,7 +50,7 @@ from .generation import (
     wire_spans,
 )
 from .guard import Guard
-from .logprobs import chat_logprobs, prompt_logprobs
+from .logprobs import chat_logprobs, chat_logprobs_json, prompt_logprobs
 from .messages import (
     Conversation,
     carries_ids,
@@ -564,8 +564,8 @@ class ChatService(GenerationService):
                     reasoning_token_ids=plan.out_ids(a.reasoning_ids)
                     if req.response_format_tokens and a.reasoning_ids else None,
                 ),
-                logprobs=ChoiceLogprobs(content=chat_logprobs(tok, a.events, as_ids=as_ids,
-                                                               ids=plan.logprob_ids()))
+                logprobs=ChoiceLogprobs(content=chat_logprobs_json(
+                    tok, a.events, as_ids=as_ids, ids=plan.logprob_ids()))
                 if req.logprobs else None,
                 finish_reason=plan.finish_reason(a.finish_reason, parser),
                 token_ids=ids if req.return_token_ids else None,

@@ -13,15 +13,16 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..engines.base import Grammar, TokenEvent, WeightSpan
+from ..engines.base import Grammar, TokenEvent, TokenRun, WeightSpan
 from ..errors import InvalidRequestError, TokenwireError, UnsupportedParameterError
+from ..protocol._base import RawJSON
 from ..protocol.common import Usage
 from ..protocol.generate import (
     GenerateChoice,
     GenerateLogprob,
-    GenerateLogprobEntry,
     GenerateLogprobs,
     GenerateRequest,
     GenerateResponse,
@@ -39,7 +40,7 @@ from .generation import (
     run_choices,
     wire_spans,
 )
-from .logprobs import MISSING_LOGPROB, prompt_logprob_rows
+from .logprobs import generate_logprobs_json, prompt_logprob_rows
 from .models import ServedModel
 from .sampling import choice_params, completion_budget, vllm_params, weight_bound
 from .service import (
@@ -60,20 +61,6 @@ def _refuse_unsupported(model: object, prefix: str) -> None:
         if getattr(model, name) not in neutral:
             raise UnsupportedParameterError(f"'{prefix}{name}' is not supported by this server",
                                             param=f"{prefix}{name}")
-
-
-def _entry(ev: TokenEvent) -> GenerateLogprobEntry:
-    """vLLM's logprob entry: the sampled token, then it and the most likely ones."""
-    ranks = {t: r for r, (t, _) in enumerate(ev.top_logprobs, start=1)}
-    logprob = ev.logprob if ev.logprob is not None else MISSING_LOGPROB
-    top = [_lp(ev.token_id, logprob, ranks.get(ev.token_id))]
-    top += [_lp(t, lp, ranks[t]) for t, lp in ev.top_logprobs if t != ev.token_id]
-    return GenerateLogprobEntry(**top[0].model_dump(), top_logprobs=top)
-
-
-def _lp(token_id: int, logprob: float, rank: int | None) -> GenerateLogprob:
-    return GenerateLogprob(token_id=token_id, token=f"token_id:{token_id}", logprob=logprob,
-                           rank=rank)
 
 
 def _grammar(so: StructuredOutputs | None, model: ServedModel) -> Grammar | None:
@@ -136,20 +123,23 @@ class _Plan(Plan):
         """vLLM's usage, with `prompt_tokens_details.cached_tokens` where the engine says."""
         return Usage.of(len(self.prompt), t.sampled, t.cached.get(0))
 
-    def choice(self, index: int, ids: list[int], events: list[TokenEvent],
+    def choice(self, index: int, ids: list[int], events: Sequence[TokenEvent],
                 finish: str | None, stop_reason: int | str | None,
                 stop_event: TokenEvent | None,
                 weights: tuple[WeightSpan, ...] | None = None,
                 experts: str | None = None) -> GenerateChoice:
+        ended: list[TokenEvent] = []
         if stop_event is not None:  # vLLM's ids end with the id that ended the output
             ids = [*ids, stop_event.token_id]
-            events = [*events, stop_event]
+            ended = [stop_event]
             if stop_event.token_id == self.model.tokenizer_entry.eos_id:
                 stop_reason = None  # vLLM: the model's main EOS has no stop_reason
         lp = None
         if self.req.sampling_params.logprobs is not None:
-            lp = GenerateLogprobs(content=[_entry(e) for e in events])
-        masks = [list(e.sampling_mask) for e in events if e.sampling_mask is not None]
+            lp = GenerateLogprobs(content=RawJSON.array(
+                generate_logprobs_json(events) + generate_logprobs_json(ended)))
+        masks = [] if isinstance(events, TokenRun) else \
+            [list(e.sampling_mask) for e in [*events, *ended] if e.sampling_mask is not None]
         return GenerateChoice(index=index, finish_reason=finish, stop_reason=stop_reason,
                               token_ids=ids, logprobs=lp, weight_versions=wire_spans(weights),
                               sampling_mask=masks if masks and len(masks) == len(ids) else None,

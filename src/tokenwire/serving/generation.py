@@ -29,7 +29,9 @@ from ..engines.base import (
     PromptLogprobsEvent,
     SamplingParams,
     TokenEvent,
+    TokenRun,
     WeightSpan,
+    join_events,
 )
 from ..errors import (
     InvalidRequestError,
@@ -93,7 +95,8 @@ class ChoiceResult:
     content_ids: list[int] = field(default_factory=list)
     reasoning_ids: list[int] = field(default_factory=list)
     reasoning_parts: list[str] = field(default_factory=list)
-    events: list[TokenEvent] = field(default_factory=list)
+    events: Sequence[TokenEvent] = field(default_factory=list)
+    """Every sampled token's event (a `TokenRun` where the answer came whole)."""
     prompt_logprobs: tuple[TokenEvent, ...] = ()
     finish_reason: str | None = None
     stop_reason: int | str | None = None
@@ -122,7 +125,7 @@ class ChoiceResult:
         elif u.part == "reasoning":
             self.reasoning_ids += u.delta.ids
             self.reasoning_parts.append(u.delta.text)
-        self.events += u.delta.events
+        self.events = join_events(self.events, u.delta.events)
         if u.prompt_logprobs is not None:
             self.prompt_logprobs = u.prompt_logprobs
         if u.finish_reason is not None:
@@ -236,57 +239,72 @@ async def _updates(index: int, stream: EventStream, decoder: OutputDecoder,
     changes: list[tuple[str, int]] = []  # (weight version, first output index)
     changed = False  # a change not told yet (its token's delta may be held back)
     try:
-        async for ev in stream:
-            if isinstance(ev, TokenEvent):
-                if ev.weight_version is not None:
-                    changes.append((ev.weight_version, n_sampled))
-                    changed = True
-                n_sampled += 1
-                if clock is not None:
-                    clock.token()
-                delta = decoder.push(ev)
-                if check is not None and delta.text:
-                    text += delta.text
-                    if check(text) is not None:  # withhold the delta that completed it
-                        yield ChoiceUpdate(index, Delta(), "content_filter", None, n_sampled,
-                                           reasoning_tokens=_reasoning_tokens(split))
-                        return
-                if decoder.stop_string is not None:
-                    before, last = _last_content(_pieces(split, delta, last=True))
-                    for part, d in before:
+        async for item in stream:
+            if isinstance(item, TokenRun):
+                # a whole answer's tokens at once: one update, unless a stop string or the
+                # output check must see them one by one (then they go as events below)
+                delta = decoder.push_run(item) if check is None else None
+                if delta is not None:
+                    n_sampled += len(item)
+                    if clock is not None:
+                        clock.token()  # they came together: only the first is timed
+                    pieces = _pieces(split, delta)
+                    for k, (part, d) in enumerate(pieces):
+                        if flow is not None:
+                            flow.more = k + 1 < len(pieces) or stream.ready
                         yield ChoiceUpdate(index, d, part=part)
-                    yield ChoiceUpdate(index, last, "stop", decoder.stop_string, n_sampled,
-                                       reasoning_tokens=_reasoning_tokens(split))
-                    return
-                pieces = _pieces(split, delta)
-                for k, (part, d) in enumerate(pieces):
-                    if flow is not None:
-                        flow.more = k + 1 < len(pieces) or stream.ready
-                    yield ChoiceUpdate(index, d, weight_versions=_spans(
-                        changes, n_sampled) if changed else None, part=part)
-                    changed = False
-            elif isinstance(ev, PromptLogprobsEvent):
-                yield ChoiceUpdate(index, Delta(), prompt_logprobs=ev.entries)
-            elif isinstance(ev, FinishEvent):
-                stop_reason = None
-                if ev.stop_token is not None:
+                    continue
+            for ev in (item if isinstance(item, TokenRun) else (item,)):
+                if isinstance(ev, TokenEvent):
+                    if ev.weight_version is not None:
+                        changes.append((ev.weight_version, n_sampled))
+                        changed = True
                     n_sampled += 1
-                    stop_reason = ev.stop_token.token_id
                     if clock is not None:
                         clock.token()
-                if ev.n_sampled is not None:
-                    n_sampled = ev.n_sampled  # the upstream's own count (text-only engines)
-                before, last = _last_content(_pieces(split, decoder.finish(), last=True))
-                for part, d in before:
-                    yield ChoiceUpdate(index, d, part=part)
-                if flow is not None:
-                    flow.more = False
-                yield ChoiceUpdate(index, last, ev.reason, stop_reason, n_sampled,
-                                   stop_event=ev.stop_token, cached_tokens=ev.cached_tokens,
-                                   weight_versions=ev.weight_versions,
-                                   routed_experts=ev.routed_experts, migrations=ev.migrations,
-                                   reasoning_tokens=_reasoning_tokens(split))
-                return
+                    delta = decoder.push(ev)
+                    if check is not None and delta.text:
+                        text += delta.text
+                        if check(text) is not None:  # withhold the delta that completed it
+                            yield ChoiceUpdate(index, Delta(), "content_filter", None, n_sampled,
+                                               reasoning_tokens=_reasoning_tokens(split))
+                            return
+                    if decoder.stop_string is not None:
+                        before, last = _last_content(_pieces(split, delta, last=True))
+                        for part, d in before:
+                            yield ChoiceUpdate(index, d, part=part)
+                        yield ChoiceUpdate(index, last, "stop", decoder.stop_string, n_sampled,
+                                           reasoning_tokens=_reasoning_tokens(split))
+                        return
+                    pieces = _pieces(split, delta)
+                    for k, (part, d) in enumerate(pieces):
+                        if flow is not None:
+                            flow.more = k + 1 < len(pieces) or stream.ready
+                        yield ChoiceUpdate(index, d, weight_versions=_spans(
+                            changes, n_sampled) if changed else None, part=part)
+                        changed = False
+                elif isinstance(ev, PromptLogprobsEvent):
+                    yield ChoiceUpdate(index, Delta(), prompt_logprobs=ev.entries)
+                elif isinstance(ev, FinishEvent):
+                    stop_reason = None
+                    if ev.stop_token is not None:
+                        n_sampled += 1
+                        stop_reason = ev.stop_token.token_id
+                        if clock is not None:
+                            clock.token()
+                    if ev.n_sampled is not None:
+                        n_sampled = ev.n_sampled  # the upstream's own count (text-only engines)
+                    before, last = _last_content(_pieces(split, decoder.finish(), last=True))
+                    for part, d in before:
+                        yield ChoiceUpdate(index, d, part=part)
+                    if flow is not None:
+                        flow.more = False
+                    yield ChoiceUpdate(index, last, ev.reason, stop_reason, n_sampled,
+                                       stop_event=ev.stop_token, cached_tokens=ev.cached_tokens,
+                                       weight_versions=ev.weight_versions,
+                                       routed_experts=ev.routed_experts, migrations=ev.migrations,
+                                       reasoning_tokens=_reasoning_tokens(split))
+                    return
         raise ServiceUnavailableError("the engine ended a sequence without finishing it")
     finally:
         if clock is not None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Sequence
 
 from ..engines.base import TokenEvent
 from ..errors import TokenwireError
@@ -65,7 +66,7 @@ class ItemAssembler:
         self._ids = ids
         self._logprobs = logprobs
         self._tok = plan.model.tokenizer
-        self._pending: tuple[list[int], list[TokenEvent]] = ([], [])
+        self._pending: tuple[list[int], Sequence[TokenEvent]] = ([], [])
         self.response = response
 
     # -- the lifecycle --------------------------------------------------------------------------
@@ -90,7 +91,7 @@ class ItemAssembler:
         # text after a call that is still open follows it; otherwise it leads. The ids of an
         # update that carries a call go with the call (syntax and all)
         text_first = not isinstance(self._current(), OutputFunctionCall)
-        text_ids: tuple[list[int], list[TokenEvent]] = ([], []) if calls else (ids, events)
+        text_ids: tuple[list[int], Sequence[TokenEvent]] = ([], []) if calls else (ids, events)
         if content and text_first:
             out += self._text(content, text_ids)
         for p in calls:
@@ -164,14 +165,14 @@ class ItemAssembler:
                                            delta=text, token_ids=ids if self._ids else None))
         return out
 
-    def _take(self, ids: list[int], events: list[TokenEvent],
-              ) -> tuple[list[int], list[TokenEvent]]:
+    def _take(self, ids: list[int], events: Sequence[TokenEvent],
+              ) -> tuple[list[int], Sequence[TokenEvent]]:
         """This delta's ids and events, with any that were waiting for an item first."""
         waiting_ids, waiting_events = self._pending
         self._pending = ([], [])
-        return waiting_ids + ids, waiting_events + events
+        return waiting_ids + ids, [*waiting_events, *events]
 
-    def _text(self, text: str, ids_events: tuple[list[int], list[TokenEvent]],
+    def _text(self, text: str, ids_events: tuple[list[int], Sequence[TokenEvent]],
               ) -> list[ResponseEvent]:
         out: list[ResponseEvent] = []
         item = self._current()
@@ -194,7 +195,7 @@ class ItemAssembler:
                                       logprobs=lps, token_ids=ids if self._ids else None))
         return out
 
-    def _arguments(self, text: str, ids_events: tuple[list[int], list[TokenEvent]],
+    def _arguments(self, text: str, ids_events: tuple[list[int], Sequence[TokenEvent]],
                    ) -> list[ResponseEvent]:
         item = self._current()
         assert isinstance(item, OutputFunctionCall)
@@ -207,7 +208,7 @@ class ItemAssembler:
         return [ArgumentsDeltaEvent(item_id=item.id, output_index=self._index(), delta=text,
                                     token_ids=ids if self._ids else None)]
 
-    def _syntax(self, ids: list[int], events: list[TokenEvent]) -> list[ResponseEvent]:
+    def _syntax(self, ids: list[int], events: Sequence[TokenEvent]) -> list[ResponseEvent]:
         """Ids that carry no text of their own go with the item open now, or the next one."""
         if not ids:
             return []
@@ -217,7 +218,7 @@ class ItemAssembler:
         if isinstance(item, OutputMessage):
             return self._text("", (ids, events))
         # none open, or the reasoning (which these ids, the content's, are not)
-        self._pending = (self._pending[0] + ids, self._pending[1] + events)
+        self._pending = (self._pending[0] + ids, [*self._pending[1], *events])
         return []
 
     def _close(self, status: str = "completed") -> list[ResponseEvent]:

@@ -2,22 +2,32 @@
 
 Entries spell their tokens' text and bytes: each batch of entries built counts one decode
 conversion, reason "logprobs" (tokenizers/conversions.py).
+
+A whole answer's entries (thousands: an RL rollout's) are written as JSON in bulk
+(`chat_logprobs_json`, `generate_logprobs_json`): each id's `"token"` and `"bytes"` encoded once
+per tokenizer and kept, then one string per entry, no model per entry (docs/hot-path.md). The
+models (`chat_logprobs`) remain for stream chunks, a few entries each.
 """
 
 from __future__ import annotations
 
 import codecs
-from collections.abc import Callable, Sequence
+import math
+from array import array
+from collections.abc import Callable, Iterator, Sequence
 from typing import TypeVar
 
-from ..engines.base import LOGPROB_FLOOR, TokenEvent
+import orjson
+
+from ..engines.base import LOGPROB_FLOOR, TokenEvent, TokenRun
+from ..protocol._base import RawJSON
 from ..protocol.common import LogprobEntry, PromptLogprob, TokenLogprob
 from ..protocol.completions import CompletionLogprobs, TopTokenLogprob
 from ..tokenizers.base import Tokenizer
 from ..tokenizers.conversions import record
 
-__all__ = ["MISSING_LOGPROB", "IdMap", "LegacyLogprobs", "chat_logprobs", "prompt_logprob_rows",
-           "prompt_logprobs", "token_text"]
+__all__ = ["MISSING_LOGPROB", "IdMap", "LegacyLogprobs", "chat_logprobs", "chat_logprobs_json",
+           "generate_logprobs_json", "prompt_logprob_rows", "prompt_logprobs", "token_text"]
 
 T = TypeVar("T")
 
@@ -68,6 +78,102 @@ def chat_logprobs(tokenizer: Tokenizer, events: Sequence[TokenEvent], *,
             logprob=float(ev.logprob) if ev.logprob is not None else 0.0, id=ids(t),
             top_logprobs=top))
     return out
+
+
+def _columns(events: Sequence[TokenEvent],
+             ) -> Iterator[tuple[int, float | None, Sequence[tuple[int, float]]]]:
+    """Each token's id, logprob and top entries: from a run's arrays, or from its events."""
+    if isinstance(events, TokenRun):
+        if events.logprobs is None:
+            yield from ((t, None, ()) for t in events.ids)
+            return
+        tops, starts, lps = (list(zip(events.top_ids or (), events.top_logprobs or (),
+                                      strict=True)), events.top_starts, events.logprobs)
+        assert starts is not None
+        for i, t in enumerate(events.ids):
+            yield t, lps[i], tops[starts[i]:starts[i + 1]]
+        return
+    for ev in events:
+        yield ev.token_id, ev.logprob, ev.top_logprobs
+
+
+def _number(x: float) -> str:
+    """A float as pydantic writes it in JSON (not finite: null)."""
+    return repr(x) if math.isfinite(x) else "null"
+
+
+class _Heads(dict[int, str]):
+    """id -> the start of its chat entry, `{"token":...,"bytes":[...],"logprob":`, made when an
+    id is first met (a vocabulary's worth at most, a few MB)."""
+
+    def __init__(self, tokenizer: Tokenizer, as_ids: bool):
+        super().__init__()
+        self._tok = tokenizer
+        self._as_ids = as_ids
+
+    def __missing__(self, t: int) -> str:
+        text = f"token_id:{t}" if self._as_ids else token_text(self._tok, t)
+        head = self[t] = ('{"token":' + orjson.dumps(text).decode() + ',"bytes":'
+                          + orjson.dumps(list(self._tok.token_bytes(t))).decode()
+                          + ',"logprob":')
+        return head
+
+
+_HEADS: dict[tuple[str, bool], _Heads] = {}
+
+
+def _heads(tokenizer: Tokenizer, as_ids: bool) -> _Heads:
+    """Kept per tokenizer version (content-addressed: the same version, the same bytes)."""
+    heads = _HEADS.get((tokenizer.version, as_ids))
+    if heads is None:
+        heads = _HEADS[(tokenizer.version, as_ids)] = _Heads(tokenizer, as_ids)
+    return heads
+
+
+def chat_logprobs_json(tokenizer: Tokenizer, events: Sequence[TokenEvent], *,
+                       as_ids: bool = False, ids: IdMap = _same) -> RawJSON:
+    """`chat_logprobs` written as JSON in bulk: the same entries (tests/serving/
+    test_bulk_logprobs.py holds them to the models), no model per entry."""
+    if events:
+        record("decode", "logprobs")
+    heads = _heads(tokenizer, as_ids)
+    if isinstance(events, TokenRun) and events.logprobs is not None and ids is _same \
+            and events.top_starts == array("q", range(len(events) + 1)) \
+            and all(map(math.isfinite, events.logprobs)) \
+            and all(map(math.isfinite, events.top_logprobs or ())):
+        # one entry with its one top entry (`top_logprobs: 1`, an RL rollout's)
+        return RawJSON.array([
+            f'{heads[t]}{lp!r},"id":{t},"top_logprobs":[{heads[k]}{klp!r},"id":{k}}}]}}'
+            for t, lp, k, klp in zip(events.ids, events.logprobs, events.top_ids or (),
+                                     events.top_logprobs or (), strict=True)])
+    out = []
+    for t, lp, top in _columns(events):
+        entries = []
+        for k, klp in top:
+            kid = ids(k)
+            entries.append(heads[k] + _number(klp) + ("}" if kid is None else f',"id":{kid}}}'))
+        tid = ids(t)
+        out.append(heads[t] + (_number(lp) if lp is not None else "0.0")
+                   + ("" if tid is None else f',"id":{tid}')
+                   + ',"top_logprobs":[' + ",".join(entries) + "]}")
+    return RawJSON.array(out)
+
+
+def _generate_entry(t: int, lp: float | None, top: Sequence[tuple[int, float]]) -> str:
+    """vLLM's generate entry (serving/generate.py's models): the sampled token with its rank,
+    then it and the most likely ones, each `token_id`, `token`, `logprob`, `rank`."""
+    rank = next((r for r, (k, _) in enumerate(top, start=1) if k == t), None)
+    first = (f'{{"token_id":{t},"token":"token_id:{t}","logprob":'
+             f'{_number(lp if lp is not None else MISSING_LOGPROB)}'
+             + ("}" if rank is None else f',"rank":{rank}}}'))
+    rest = [f'{{"token_id":{k},"token":"token_id:{k}","logprob":{_number(klp)},"rank":{r}}}'
+            for r, (k, klp) in enumerate(top, start=1) if k != t]
+    return first[:-1] + ',"top_logprobs":[' + ",".join([first, *rest]) + "]}"
+
+
+def generate_logprobs_json(events: Sequence[TokenEvent]) -> list[str]:
+    """Each token's entry of /inference/v1/generate's `logprobs.content`, as JSON."""
+    return [_generate_entry(t, lp, top) for t, lp, top in _columns(events)]
 
 
 class LegacyLogprobs:

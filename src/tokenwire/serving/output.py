@@ -23,7 +23,7 @@ import codecs
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ..engines.base import TokenEvent
+from ..engines.base import TokenEvent, TokenRun
 from ..tokenizers.base import Tokenizer
 from ..tokenizers.conversions import Reason, record
 
@@ -34,7 +34,8 @@ __all__ = ["Delta", "OutputDecoder"]
 class Delta:
     ids: list[int] = field(default_factory=list)
     text: str = ""
-    events: list[TokenEvent] = field(default_factory=list)
+    events: Sequence[TokenEvent] = field(default_factory=list)
+    """The tokens' events: a list, or a whole answer's `TokenRun` (no object per token)."""
 
     def __bool__(self) -> bool:
         return bool(self.ids or self.text)
@@ -110,6 +111,28 @@ class OutputDecoder:
         delta.text += self._utf8.decode(b"", final=True)  # nothing more will follow
         self._held, self._held_bytes = [], []
         return delta
+
+    def push_run(self, run: TokenRun) -> Delta | None:
+        """Take a run of sampled tokens at once, where no stop string can match in it (None:
+        it must be pushed token by token)."""
+        if self.stop_string is not None:
+            return Delta()
+        if self._stops and self._unmatched < len(run):
+            return None
+        self._unmatched -= len(run)
+        ids = run.ids.tolist()
+        if self._reason is None:
+            return Delta(ids=ids, events=run)
+        if not self._counted:
+            record("decode", self._reason)
+            self._counted = True
+        if not self._text:
+            return Delta(ids=ids, events=run)
+        piece = self._tok.token_bytes
+        skip = self._skip
+        data = b"".join([b"" if t in skip else piece(t) for t in ids]) if skip \
+            else b"".join([piece(t) for t in ids])
+        return Delta(ids=ids, text=self._utf8.decode(data), events=run)
 
     def finish(self) -> Delta:
         """Release everything still held (no stop string can match any more)."""

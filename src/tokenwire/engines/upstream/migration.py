@@ -36,6 +36,7 @@ from ..base import (
     ReplicaLostError,
     SamplingParams,
     TokenEvent,
+    TokenRun,
     WeightSpan,
 )
 from .stream import UpstreamStream
@@ -105,6 +106,8 @@ class MigratingStream:
         ev = got
         if isinstance(ev, TokenEvent):
             self._sent.append(ev.token_id)
+        elif isinstance(ev, TokenRun):
+            self._sent += ev.ids
         elif isinstance(ev, FinishEvent):
             suffix = _adapter_of(self._inner, self._params)
             if suffix and ev.weight_versions is not None:  # the adapter's version, named

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 import aiohttp
 
 from ...errors import ServiceUnavailableError, TokenwireError
-from ..base import EngineEvent, EngineInfo, FinishEvent, ReplicaLostError, TokenEvent
+from ..base import EngineEvent, EngineInfo, FinishEvent, ReplicaLostError, TokenEvent, TokenRun
 from .replica import Replica, Seat
 from .transport import MALFORMED, TRANSPORT_ERRORS, json_or_error
 
@@ -33,6 +33,10 @@ class ChunkDecoder:
 
     def feed(self, chunk: dict[str, Any]) -> list[EngineEvent]:
         raise NotImplementedError
+
+    def parse(self, body: bytes) -> Any:
+        """A whole body, parsed for `feed` (a decoder may read its hot parts its own way)."""
+        return json_or_error(body)
 
     def end(self) -> list[EngineEvent]:
         """The stream ended (`[DONE]` or EOF): a decoder that waits for a trailing usage chunk
@@ -107,7 +111,7 @@ class UpstreamStream:
         try:
             if self._whole:
                 self._whole = False
-                body = json_or_error(await self._response.read())
+                body = self._decoder.parse(await self._response.read())
                 if not isinstance(body, dict) or "error" in body:
                     raise self._engine.protocol_error(200, body, name)
                 self._take(self._decoder.feed(body))
@@ -177,6 +181,12 @@ class UpstreamStream:
         """Queue decoded events; a sampled id outside the pinned vocabulary is the upstream
         serving another model (or a padded vocabulary): never passed on."""
         for ev in events:
+            if isinstance(ev, TokenRun):
+                if ev.ids and not (0 <= min(ev.ids) and max(ev.ids) < self._vocab):
+                    bad = next(t for t in ev.ids if not 0 <= t < self._vocab)
+                    raise ValueError(f"sampled id {bad} is outside the vocabulary")
+                self._pending.append(ev)
+                continue
             tok = ev if isinstance(ev, TokenEvent) else \
                 ev.stop_token if isinstance(ev, FinishEvent) else None
             if tok is not None and not 0 <= tok.token_id < self._vocab:

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import aiohttp
+import orjson
 
 from ...config import Settings
 from ...errors import ServiceUnavailableError
@@ -43,6 +44,10 @@ def json_or_error(data: bytes | str) -> Any:
     """A body or an event's data, parsed; what is not JSON becomes an error body that carries
     its text (an upstream's proxy may answer in HTML)."""
     try:
+        return orjson.loads(data)  # a whole answer's body is MBs: ~5x json's speed
+    except orjson.JSONDecodeError:
+        pass
+    try:  # what orjson refuses and json takes: NaN, Infinity
         return json.loads(data)
     except ValueError:
         text = data if isinstance(data, str) else data.decode("utf-8", "replace")
