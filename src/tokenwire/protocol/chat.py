@@ -268,8 +268,8 @@ class ChatCompletionRequest(VllmSamplingFields):
 
 
 class ChoiceLogprobs(ResponseModel):
+    # a whole answer's entries come written in bulk (RawJSON: the same JSON, not in the schema)
     content: list[TokenLogprob] | SkipJsonSchema[RawJSON] | None
-    """A whole answer's entries come as `RawJSON` (written in bulk), the same JSON."""
     refusal: None = None
 
 

@@ -198,8 +198,8 @@ class GenerateLogprobEntry(GenerateLogprob):
 
 
 class GenerateLogprobs(ResponseModel):
+    # a whole answer's entries come written in bulk (RawJSON: the same JSON, not in the schema)
     content: list[GenerateLogprobEntry] | SkipJsonSchema[RawJSON] | None = None
-    """A whole answer's entries come as `RawJSON` (written in bulk), the same JSON."""
 
 
 class GenerateChoice(ResponseModel):
