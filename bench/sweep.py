@@ -163,12 +163,14 @@ def measure(server: Server | None, url: str, model: str, kind: str, level: int,
         relayed, failed, lat = asyncio.run(wave(url, model, kind, level, tokens, n))
     wall = time.perf_counter() - t0
     cpu = server.cpu_seconds() - cpu0 if server is not None else None
+    time.sleep(2.0)  # what the wave left behind, once it is over
+    after = server.rss() if server is not None else 0
     in_flight = level * (n if kind == "whole" else 1) * tokens
     return {
         "tokens": relayed, "failed": failed, "wall_s": wall,
         "tokens_per_s": relayed / wall if wall else None,
         "cpu_ms_per_token": cpu * 1000 / relayed if cpu is not None and relayed else None,
-        "idle_rss_mb": idle / 1e6, "peak_rss_mb": w.peak / 1e6,
+        "idle_rss_mb": idle / 1e6, "peak_rss_mb": w.peak / 1e6, "after_rss_mb": after / 1e6,
         "rss_bytes_per_token_in_flight": (w.peak - idle) / in_flight if server else None,
         "ttft_p50_ms": _pct(lat["ttft"], 50), "ttft_p99_ms": _pct(lat["ttft"], 99),
         "gap_p50_ms": _pct(lat["gap"], 50), "gap_p99_ms": _pct(lat["gap"], 99),
@@ -301,7 +303,8 @@ def table(results: dict[str, Any]) -> str:
             cells = [_fmt(med(per[nm], "cpu_ms_per_token"), 4) for nm in names]
             out.append(f"| {level} | " + " | ".join(cells) + " |")
         out.append("")
-        out.append(f"| {title}: tokens/s, B/token in flight, p99 gap ms, failed | "
+        out.append(f"| {title}: tokens/s, B/token in flight, p99 "
+                   f"{'gap' if kind == 'stream' else 'latency'} ms, failed | "
                    + " | ".join(names) + " |")
         out.append("|---" * (len(names) + 1) + "|")
         late = "gap_p99_ms" if kind == "stream" else "ttft_p99_ms"

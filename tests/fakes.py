@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 from collections.abc import AsyncGenerator, Sequence
 
@@ -41,6 +42,25 @@ class FakeStream:
         await self._events.aclose()
 
 
+class BurstStream(FakeStream):
+    """The scripted events all at hand at once, as an upstream's that came in one read."""
+
+    def __init__(self, events: AsyncGenerator[EngineEvent, None]):
+        super().__init__(events)
+        self._queue: collections.deque[EngineEvent] | None = None
+
+    @property  # type: ignore[override]
+    def ready(self) -> bool:
+        return bool(self._queue)
+
+    async def __anext__(self) -> EngineEvent:
+        if self._queue is None:
+            self._queue = collections.deque([ev async for ev in self._events])
+        if not self._queue:
+            raise StopAsyncIteration
+        return self._queue.popleft()
+
+
 class FakeEngine(EngineBase):
     """Samples `script` (then the end-of-generation id), one token per `delay` seconds."""
 
@@ -63,6 +83,8 @@ class FakeEngine(EngineBase):
         self.health_report = EngineHealth(ok=True)
         self.cached_tokens: int | None = None
         """Reported on each FinishEvent (a prefix cache's hits), when set."""
+        self.burst = False
+        """Each sequence's events all at hand at once (`BurstStream`)."""
 
     @property
     def info(self) -> EngineInfo:
@@ -92,7 +114,8 @@ class FakeEngine(EngineBase):
             else self.script
         self.prompts.append(list(prompt))
         self.params.append(params)
-        return FakeStream(self._run(list(prompt), params, script))
+        events = self._run(list(prompt), params, script)
+        return BurstStream(events) if self.burst else FakeStream(events)
 
     async def _run(self, prompt: list[int], params: SamplingParams, script: list[int],
                    ) -> AsyncGenerator[EngineEvent, None]:

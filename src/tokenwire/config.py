@@ -213,6 +213,12 @@ class Settings(BaseSettings):
         "its replica is lost mid-response (prompt + the ids already sent, continued there); "
         "0: never, the response ends with an error as before."
     )
+    stream_coalesce: bool = Field(
+        False, description="Streams: tokens already at hand together (an upstream's events that "
+        "came in one read, an engine's queued steps) go out as one event carrying them all, "
+        "for every request that does not say otherwise (`stream_options.coalesce`); nothing "
+        "waits for more. Fewer, fuller events when the server falls behind."
+    )
     upstream_whole_answers: bool = Field(
         False, description="vLLM upstreams: a request whose client reads only the finished "
         "output (no stream, no stop strings, no output policy) is asked for in one body, not "

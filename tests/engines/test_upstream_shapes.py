@@ -25,6 +25,7 @@ from tokenwire.engines.base import (
     PromptLogprobsEvent,
     SamplingParams,
     TokenEvent,
+    TokenRun,
     WeightSpan,
 )
 from tokenwire.engines.spec import EngineSpec
@@ -161,8 +162,12 @@ async def engine(kind: str, upstream: Upstream, source: TokenizerSource, model_p
 
 
 async def run(eng: UpstreamEngine, prompt: list[int], **params: Any) -> list[Any]:
+    """The events, a whole answer's run read as the token events it stands for."""
     stream = await eng.submit(prompt, SamplingParams(**{"max_tokens": 16, **params}))
-    return [ev async for ev in stream]
+    out: list[Any] = []
+    async for ev in stream:
+        out += list(ev) if isinstance(ev, TokenRun) else [ev]
+    return out
 
 
 def ok(_: Any) -> Response:

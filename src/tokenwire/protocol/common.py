@@ -66,6 +66,9 @@ class StreamOptions(RequestModel):
     include_obfuscation: bool | None = None
     """OpenAI's stream padding against length side channels: accepted, none is added (it
     cannot change the output)."""
+    coalesce: bool | None = None
+    """tokenwire's: tokens already at hand together go out as one chunk carrying them all
+    (never waiting for more); None: the server's `stream_coalesce`."""
 
 
 class WeightVersionSpan(ResponseModel):

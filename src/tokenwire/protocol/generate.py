@@ -136,6 +136,9 @@ class GenerateSamplingParams(RequestModel):
 class GenerateStreamOptions(RequestModel):
     include_usage: bool | None = False
     continuous_usage_stats: bool | None = False
+    coalesce: bool | None = None
+    """tokenwire's: tokens already at hand together go out as one event carrying them all
+    (never waiting for more); None: the server's `stream_coalesce`."""
 
 
 class GenerateRequest(WeightBoundFields):

@@ -430,7 +430,8 @@ class ChatService(GenerationService):
                                  skip_special=bool(req.skip_special_tokens)
                                  and not plan.constraints.parse_tools,
                                  min_tokens=plan.extras.min_tokens, whole=whole,
-                                 reasoning=plan.reasoning)
+                                 reasoning=plan.reasoning,
+                                 coalesce=self._coalesce(req.stream_options))
 
     # -- responses -----------------------------------------------------------------------------
 

@@ -176,7 +176,8 @@ class CompletionService(GenerationService):
                                  timer=self._timer(plan),
                                  include_stop=req.include_stop_str_in_output,
                                  skip_special=bool(req.skip_special_tokens),
-                                 min_tokens=req.min_tokens, whole=whole)
+                                 min_tokens=req.min_tokens, whole=whole,
+                                 coalesce=self._coalesce(req.stream_options))
 
     async def create(self, req: CompletionRequest, caller: Caller = ANONYMOUS) -> Completion:
         plan = await self._prepare(self.plan, req, caller)

@@ -222,7 +222,8 @@ class GenerateService(GenerationService):
                                  keep_stop_token=True, min_tokens=sp.min_tokens,
                                  text=None,  # the response has ids only
                                  output_check=self._guard.output_check(),
-                                 timer=self._timer(plan), whole=whole)
+                                 timer=self._timer(plan), whole=whole,
+                                 coalesce=self._coalesce(plan.req.stream_options))
 
     async def create(self, req: GenerateRequest, caller: Caller = ANONYMOUS) -> GenerateResponse:
         plan = await self._prepare(self.plan, req, caller)

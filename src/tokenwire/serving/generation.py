@@ -24,6 +24,7 @@ from typing import Generic, Protocol, TypeVar
 
 from ..engines.base import (
     Engine,
+    EngineEvent,
     EventStream,
     FinishEvent,
     PromptLogprobsEvent,
@@ -349,7 +350,7 @@ async def run_choices(engine: Engine, jobs: Sequence[tuple[Sequence[int], Sampli
                       include_stop: bool = False, skip_special: bool = False,
                       min_tokens: int = 0, text: Reason | None = "output",
                       whole: bool = False, reasoning: tuple[ReasoningFormat, bool] | None = None,
-                      ) -> Choices:
+                      coalesce: bool = False) -> Choices:
     """One choice per (prompt, params) job; updates carry the job's index. With a `timer`,
     each choice's tokens are timed from now (admission and queueing included). `text`: why
     the output's text is read, None where nobody reads it (`OutputDecoder`); an
@@ -358,7 +359,8 @@ async def run_choices(engine: Engine, jobs: Sequence[tuple[Sequence[int], Sampli
     engine that can answer in one body (`answers_whole`: vLLM's) is told so
     (`SamplingParams.whole`). `reasoning`: the model's reasoning format and whether the prompt
     leaves it inside its reasoning: each choice's ids are split into reasoning and content
-    (`ChoiceUpdate.part`)."""
+    (`ChoiceUpdate.part`). `coalesce`: tokens already at hand together make one update
+    (`_Coalesced`)."""
     if output_check is not None and text is None:
         text = "policy"
     whole = whole and not stop and output_check is None and engine.info.answers_whole
@@ -385,7 +387,7 @@ async def run_choices(engine: Engine, jobs: Sequence[tuple[Sequence[int], Sampli
     if failed:
         await _close_admitted(tasks)
         raise failed[0]  # type: ignore[misc]
-    streams = [t.result() for t in tasks]
+    streams = [t.result() if not coalesce else _Coalesced(t.result()) for t in tasks]
     decoders = [OutputDecoder(tokenizer, stop, token_aligned=token_aligned,
                               keep_stop_token=keep_stop_token, include_stop=include_stop,
                               skip_special=skip_special, min_tokens=min_tokens, text=text)
@@ -394,6 +396,53 @@ async def run_choices(engine: Engine, jobs: Sequence[tuple[Sequence[int], Sampli
         tokenizer, reasoning[0], inside=reasoning[1], text=text is not None,
         skip=tokenizer.special_ids if skip_special else frozenset()) for _ in streams]
     return _merge(streams, decoders, output_check, clocks, splits)
+
+
+class _Coalesced:
+    """An engine stream whose tokens already at hand come as one `TokenRun`: one update, so
+    one event of the response, carries them all (`stream_options.coalesce`; vLLM's
+    `--stream-interval` idea, but nothing waits: a token that arrives alone goes alone). A
+    token that says more than its id (a weight change, a sampling mask) goes alone."""
+
+    __slots__ = ("_held", "_inner")
+
+    def __init__(self, inner: EventStream):
+        self._inner = inner
+        self._held: EngineEvent | None = None
+
+    @property
+    def ready(self) -> bool:
+        return self._held is not None or self._inner.ready
+
+    def __aiter__(self) -> _Coalesced:
+        return self
+
+    async def __anext__(self) -> EngineEvent:
+        ev = self._held if self._held is not None else await self._inner.__anext__()
+        self._held = None
+        if not _plain(ev) or not self._inner.ready:
+            return ev
+        assert isinstance(ev, TokenEvent)
+        batch = [ev]
+        while self._inner.ready:
+            nxt = await self._inner.__anext__()
+            if _plain(nxt) and (nxt.logprob is None) == (ev.logprob is None):  # type: ignore[union-attr]
+                batch.append(nxt)  # type: ignore[arg-type]
+            else:
+                self._held = nxt
+                break
+        if len(batch) == 1:
+            return ev
+        logprobs = None if ev.logprob is None else [e.logprob or 0.0 for e in batch]
+        return TokenRun.of([e.token_id for e in batch], logprobs,
+                           [e.top_logprobs for e in batch])
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+def _plain(ev: EngineEvent) -> bool:
+    return isinstance(ev, TokenEvent) and ev.weight_version is None and ev.sampling_mask is None
 
 
 def _merge(streams: list[EventStream], decoders: list[OutputDecoder],

@@ -14,7 +14,8 @@ from ..config import Settings
 from ..engines.base import ReplicaLostError
 from ..errors import InvalidRequestError, UnsupportedParameterError
 from ..metrics import Metrics, PromptKind, TokenTimer
-from ..protocol.common import ResponseWarning, Usage
+from ..protocol.common import ResponseWarning, StreamOptions, Usage
+from ..protocol.generate import GenerateStreamOptions
 from ..storage.base import owner_of
 from ..tokenizers.conversions import conversion_reason
 from ..tokenizers.registry import TokenizerRegistry
@@ -223,6 +224,13 @@ class GenerationService:
 
     def _timer(self, plan: Plan) -> TokenTimer:
         return self._metrics.timer(plan.model.id)
+
+    def _coalesce(self, options: StreamOptions | GenerateStreamOptions | None) -> bool:
+        """Whether tokens at hand together make one event: the request's say, else the
+        server's (`stream_coalesce`)."""
+        if options is not None and options.coalesce is not None:
+            return options.coalesce
+        return self._settings.stream_coalesce
 
     async def _whole(self, start: Callable[[], Awaitable[Choices]],
                      n: int) -> list[ChoiceResult]:
