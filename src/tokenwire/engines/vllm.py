@@ -132,6 +132,8 @@ class _Decoder(ChunkDecoder):
         self._stops = stops
         self._finish: FinishEvent | None = None
         """Held until the usage chunk that follows it (cached tokens)."""
+        self._whole = False
+        """The response is one body (`parse`): its tokens go as one `TokenRun`."""
 
     def feed(self, chunk: dict[str, Any]) -> list[EngineEvent]:
         events: list[EngineEvent] = []
@@ -142,8 +144,9 @@ class _Decoder(ChunkDecoder):
                 events.append(self._scored(choice["prompt_logprobs"]))
             ids = list(choice.get("token_ids") or [])
             masks = choice.get("sampling_mask")
-            run = self._run(ids, choice.get("logprobs")) if len(ids) > 1 and masks is None \
-                else None
+            # a whole body's tokens as one run; a stream's chunk as events, as it came
+            run = self._run(ids, choice.get("logprobs")) \
+                if self._whole and len(ids) > 1 and masks is None else None
             tokens: Sequence[TokenEvent] = run if run is not None \
                 else self._tokens(ids, choice.get("logprobs"))
             if isinstance(masks, list) and len(masks) == len(tokens):
@@ -190,6 +193,7 @@ class _Decoder(ChunkDecoder):
         """A whole generate body: its logprobs read straight into structs (msgspec; no dict
         per entry), the rest as `feed` reads it. Another shape (an error, an older release)
         is parsed as any JSON."""
+        self._whole = True
         try:
             whole = _WHOLE.decode(body)
         except (msgspec.ValidationError, msgspec.DecodeError):
