@@ -54,7 +54,8 @@ from bench.gateway import PROMPT  # noqa: E402
 from bench.gateways import gateway  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-CONTENDERS = ["tokenwire", "tokenwire x2", "smg", "vllm-router", "python floor"]
+CONTENDERS = ["tokenwire", "tokenwire granian", "tokenwire x2", "smg", "vllm-router",
+              "python floor"]
 LEVELS = [1, 8, 64, 512, 2048, 8192]
 
 
@@ -222,8 +223,10 @@ def main() -> None:
         try:
             stub.start()
             for name in args.contenders:
-                base, _, workers = name.partition(" x")
+                base, _, workers = name.removesuffix(" granian").partition(" x")
                 srv = gateway(base, stub.url, tmp, args.routers, int(workers or 1))
+                if name.endswith(" granian"):  # the same app under granian's server
+                    srv.name, srv.env = name, {**srv.env, "TOKENWIRE_HTTP_SERVER": "granian"}
                 try:
                     srv.start()
                 except StartError as exc:

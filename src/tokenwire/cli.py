@@ -37,6 +37,7 @@ def _serve(args: argparse.Namespace) -> int:
         "n_threads": args.n_threads, "n_batch": args.n_batch,
         "deterministic": args.deterministic, "logprobs_mode": args.logprobs_mode,
         "return_sampling_mask": args.return_sampling_mask, "workers": args.workers,
+        "http_server": args.http_server,
         "engine_process": args.engine_process, "cpu_variant": args.cpu_variant,
         "reasoning_parser": args.reasoning_parser, "tool_call_parser": args.tool_call_parser,
         "weight_version_policy": args.weight_version_policy,
@@ -84,9 +85,28 @@ async def _serve_async(settings: Settings, config: uvicorn.Config) -> int:
         return 1
     models, tokenizers = loaded
     config.app = create_app(settings, models=models, tokenizers=tokenizers)
+    if settings.http_server == "granian":
+        return await _serve_granian(settings, config.app)
     server = uvicorn.Server(config)
     # an engine process that cannot be restarted ends the server (then exit 1: `_serve`)
     exit_on_give_up(lambda: setattr(server, "should_exit", True))
+    if gave_up():
+        return 1
+    await server.serve()
+    return 0
+
+
+async def _serve_granian(settings: Settings, app: object) -> int:
+    """The app under granian's embedded server (HTTP/1.1), on this event loop."""
+    from granian.constants import HTTPModes, Interfaces
+    from granian.server.embed import Server
+
+    from .engines.embedded import exit_on_give_up, gave_up
+
+    server = Server(app, address=settings.host, port=settings.port, interface=Interfaces.ASGI,
+                    http=HTTPModes.http1, log_level=settings.log_level.lower(),
+                    backlog=2048)
+    exit_on_give_up(server.stop)
     if gave_up():
         return 1
     await server.serve()
@@ -326,6 +346,9 @@ def _parser() -> argparse.ArgumentParser:
                    "the default) or of the one the sampler drew from (processed)")
     s.add_argument("--workers", type=int, help="serving processes on the port (default: "
                    "one per core for upstream engines, one for the embedded engine)")
+    s.add_argument("--http-server", choices=["uvicorn", "granian"],
+                   help="the HTTP server under the app (default uvicorn; granian: the "
+                   "`granian` extra, one worker)")
     s.add_argument("--no-engine-process", dest="engine_process", action="store_const",
                    const=False, help="run the embedded engine in the server's process (a "
                    "native crash then ends the server; for profilers)")

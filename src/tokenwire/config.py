@@ -325,6 +325,11 @@ class Settings(BaseSettings):
         "False lets vLLM-dialect clients send bare ids, taken as the model's own version."
     )
     log_level: str = Field("info", description="Log level of the server.")
+    http_server: Literal["uvicorn", "granian"] = Field(
+        "uvicorn", description="The HTTP server under the app: uvicorn (with uvloop and "
+        "httptools), or granian (Rust; the `granian` extra; one worker: its embedded server), "
+        "measured side by side in bench/sweep.py (docs/hot-path.md)."
+    )
     workers: int | None = Field(
         None, ge=1, le=256, description="Serving processes on the port (`--workers`): upstream "
         "engines default to one per core available, as vLLM's `--api-server-count` and "
@@ -431,6 +436,13 @@ class Settings(BaseSettings):
         elif self.tokenizer is None:
             raise ValueError(f"the {self.engine} engine needs --tokenizer (a Hugging Face "
                              "tokenizer directory or a GGUF file)")
+        return self
+
+    @model_validator(mode="after")
+    def _granian_serves_one_worker(self) -> Settings:
+        if self.http_server == "granian" and self.max_workers > 1:
+            raise ValueError("http_server 'granian' serves one worker (--workers 1): several "
+                             "share the port through uvicorn's supervisor")
         return self
 
     @model_validator(mode="after")
