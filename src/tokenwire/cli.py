@@ -99,12 +99,13 @@ async def _serve_async(settings: Settings, config: uvicorn.Config) -> int:
 async def _serve_granian(settings: Settings, app: object) -> int:
     """The app under granian's embedded server (HTTP/1.1), on this event loop."""
     from granian.constants import HTTPModes, Interfaces
+    from granian.log import LogLevels
     from granian.server.embed import Server
 
     from .engines.embedded import exit_on_give_up, gave_up
 
     server = Server(app, address=settings.host, port=settings.port, interface=Interfaces.ASGI,
-                    http=HTTPModes.http1, log_level=settings.log_level.lower(),
+                    http=HTTPModes.http1, log_level=LogLevels(settings.log_level.lower()),
                     backlog=2048)
     exit_on_give_up(server.stop)
     if gave_up():
