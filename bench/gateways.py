@@ -153,10 +153,11 @@ def record(vllm: str, tokens: int, n: int) -> dict[str, Any]:
                     "max_tokens": tokens, "temperature": 1.0, "ignore_eos": True,
                     "detokenize": False, **extra}})
 
+        # as tokenwire asks for chat's `top_logprobs: 1` (engines/vllm.py: one more than k)
         whole = http.post("/inference/v1/generate", json={
             "model": VLLM_MODEL_NAME, "token_ids": prompt, "stream": False, "sampling_params": {
                 "max_tokens": tokens, "temperature": 1.0, "ignore_eos": True,
-                "detokenize": False, "logprobs": 1}}).json()
+                "detokenize": False, "logprobs": 2}}).json()
         return {
             "generate": gen(),
             "generate_logprobs": gen(logprobs=2),
