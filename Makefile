@@ -221,7 +221,7 @@ lint: $(DEV_INSTALLED)
 # tokenwire side by side with llama-server and llama-cpp-python's server (bench/compare.py:
 # docs/bench.{json,png}), then the other benchmarks; `make bench BENCH="compare --quick"`
 # (bench/gateways.py also needs vLLM and the Rust gateways: installed when it is asked for)
-GATEWAYS_DEPS := $(if $(filter gateways all,$(BENCH)),$(ROUTERS_INSTALLED) $(VLLM_DEPS) \
+GATEWAYS_DEPS := $(if $(filter gateways sweep all,$(BENCH)),$(ROUTERS_INSTALLED) $(VLLM_DEPS) \
                  $(HF_MODEL_DIR)/config.json)
 bench: $(BENCH_INSTALLED) $(TOKENWIRE_LLAMA_SERVER) $(LLAMA_MODELS_DIR)/.fetched $(GATEWAYS_DEPS) \
        $(TOKENWIRE_THINK_MODEL)

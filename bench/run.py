@@ -1,7 +1,8 @@
 """`make bench`: the side-by-side comparison (bench/compare.py); any other benchmark by name,
 each printing its own table. Arguments after a name go to that benchmark.
 
-    .venv/bin/python bench/run.py [NAME [ARGS ...] ...]   # compare canonical gateway affinity
+    .venv/bin/python bench/run.py [NAME [ARGS ...] ...]   # compare canonical gateway gateways
+                                                          # sweep serializers affinity
                                                           # load prefix_cache translate
                                                           # structured conversation vocab
                                                           # reasoning;
@@ -17,11 +18,12 @@ from pathlib import Path
 
 HERE = Path(__file__).parent
 MAIN = "compare"
-BENCHES = [MAIN, "canonical", "gateway", "gateways", "affinity", "load", "prefix_cache", "recovery",
-           "translate", "deterministic", "structured", "conversation", "vocab", "reasoning"]
+BENCHES = [MAIN, "canonical", "gateway", "gateways", "sweep", "serializers", "affinity", "load",
+           "prefix_cache", "recovery", "translate", "deterministic", "structured", "conversation",
+           "vocab", "reasoning"]
 # `all`: the ones that start their own servers (prefix_cache needs one running: `make serve`)
-ALL = [MAIN, "canonical", "gateway", "gateways", "affinity", "load", "recovery", "translate",
-       "structured", "conversation", "vocab", "reasoning"]
+ALL = [MAIN, "canonical", "gateway", "gateways", "sweep", "affinity", "load", "recovery",
+       "translate", "structured", "conversation", "vocab", "reasoning"]
 
 
 def parse(argv: list[str]) -> list[tuple[str, list[str]]]:

@@ -25,6 +25,7 @@ wave ran (its loop's health).
     .venv/bin/python bench/gateways.py --record rec.json --tokens 256 --n 8   # vLLM, once
     .venv/bin/python bench/sweep.py --recorded rec.json \
         --json docs/sweep.json --figure docs/sweep.png
+    make bench BENCH=sweep   # records from vLLM first
 """
 
 from __future__ import annotations
@@ -47,11 +48,11 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.upstreams import hf_model_dir  # noqa: E402
+from tests.upstreams import hf_model_dir, vllm_server  # noqa: E402
 
 from bench._servers import Server, StartError, free_port  # noqa: E402
 from bench.gateway import PROMPT  # noqa: E402
-from bench.gateways import gateway  # noqa: E402
+from bench.gateways import gateway, record  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CONTENDERS = ["tokenwire", "tokenwire granian", "tokenwire x2", "smg", "vllm-router",
@@ -185,8 +186,9 @@ def set_tick(stub: Server, seconds: float) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--recorded", type=Path, required=True,
-                    help="bench/gateways.py --record's file (a real vLLM's answers)")
+    ap.add_argument("--recorded", type=Path,
+                    help="bench/gateways.py --record's file (a real vLLM's answers); default: "
+                    "recorded now (256 tokens, n 8) from a vLLM this starts")
     ap.add_argument("--levels", type=int, nargs="+", default=LEVELS)
     ap.add_argument("--whole-levels", type=int, nargs="+", default=None,
                     help="levels for whole rollouts (default: --levels up to 2,048: each is "
@@ -205,6 +207,13 @@ def main() -> None:
     args = ap.parse_args()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # the children inherit it
+    if args.recorded is None:
+        args.recorded = Path(tempfile.mkdtemp(prefix="tw-sweep-")) / "recorded.json"
+        vllm = vllm_server(args.recorded.parent)
+        try:
+            args.recorded.write_text(json.dumps(record(vllm.url, 256, 8)))
+        finally:
+            vllm.stop()
     recorded = json.loads(args.recorded.read_text())
     n = len(recorded["chat_whole"]["choices"])
     whole_tokens = len(recorded["generate_whole"]["choices"][0]["token_ids"])
