@@ -34,7 +34,6 @@ import argparse
 import asyncio
 import json
 import resource
-import statistics
 import sys
 import tempfile
 import threading
@@ -51,6 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.upstreams import hf_model_dir, vllm_server  # noqa: E402
 
 from bench._servers import Server, StartError, free_port  # noqa: E402
+from bench._sweep_report import figure, table  # noqa: E402
 from bench.gateway import PROMPT  # noqa: E402
 from bench.gateways import gateway, record  # noqa: E402
 
@@ -294,77 +294,6 @@ def _line(m: dict[str, Any]) -> str:
             f"{f('ttft_p50_ms', 0)}/{f('ttft_p99_ms', 0)} ms, gap p50/p99 {f('gap_p50_ms', 1)}/"
             f"{f('gap_p99_ms', 1)} ms, health max {f('health_max_ms', 0)} ms, "
             f"{m['failed']} failed")
-
-
-def med(rows: list[dict[str, Any]], key: str) -> float | None:
-    got = [r[key] for r in rows if r.get(key) is not None]
-    return statistics.median(got) if got else None
-
-
-def table(results: dict[str, Any]) -> str:
-    """The markdown tables docs/hot-path.md carries (tests/test_docs_claims.py reads them)."""
-    out = []
-    for kind, title in (("whole", "whole rollouts"), ("stream", "streams")):
-        levels = results[kind]
-        if not levels:
-            continue
-        names = list(next(iter(levels.values())))
-        out.append(f"| {title}: CPU ms / token | " + " | ".join(names) + " |")
-        out.append("|---" * (len(names) + 1) + "|")
-        for level, per in levels.items():
-            cells = [_fmt(med(per[nm], "cpu_ms_per_token"), 4) for nm in names]
-            out.append(f"| {level} | " + " | ".join(cells) + " |")
-        out.append("")
-        out.append(f"| {title}: tokens/s, B/token in flight, p99 "
-                   f"{'gap' if kind == 'stream' else 'latency'} ms, failed | "
-                   + " | ".join(names) + " |")
-        out.append("|---" * (len(names) + 1) + "|")
-        late = "gap_p99_ms" if kind == "stream" else "ttft_p99_ms"
-        for level, per in levels.items():
-            cells = [f"{_fmt(med(per[nm], 'tokens_per_s'), 0)}, "
-                     f"{_fmt(med(per[nm], 'rss_bytes_per_token_in_flight'), 0)}, "
-                     f"{_fmt(med(per[nm], late), 0)}, "
-                     f"{sum(r['failed'] for r in per[nm])}" for nm in names]
-            out.append(f"| {level} | " + " | ".join(cells) + " |")
-        out.append("")
-    return "\n".join(out)
-
-
-def _fmt(v: float | None, places: int) -> str:
-    return "-" if v is None else f"{v:.{places}f}"
-
-
-def figure(results: dict[str, Any], path: Path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(2, 2, figsize=(11, 7))
-    for col, kind in enumerate(("whole", "stream")):
-        levels = results[kind]
-        if not levels:
-            continue
-        names = [nm for nm in next(iter(levels.values())) if nm != "stub direct"]
-        xs = [int(lv) for lv in levels]
-        for nm in names:
-            cpu = [med(levels[lv][nm], "cpu_ms_per_token") for lv in levels]
-            mem = [med(levels[lv][nm], "rss_bytes_per_token_in_flight") for lv in levels]
-            axes[0][col].plot(xs, [c if c is not None else float("nan") for c in cpu], "o-",
-                              label=nm)
-            axes[1][col].plot(xs, [m if m is not None else float("nan") for m in mem], "o-",
-                              label=nm)
-        for row, what in enumerate(("CPU ms per relayed token", "RSS bytes per token in flight")):
-            ax = axes[row][col]
-            ax.set_xscale("log", base=2)
-            ax.set_yscale("symlog", linthresh=0.001 if row == 0 else 10)
-            ax.set_title(f"{'whole rollouts (n 8, logprobs)' if kind == 'whole' else 'streams'}: "
-                         f"{what}", fontsize=9)
-            ax.set_xlabel("requests in flight", fontsize=8)
-            ax.grid(alpha=0.3)
-            ax.legend(fontsize=7)
-    fig.suptitle(f"one gateway box, 2 cores ({results['setup']['cpu']}); bench/sweep.py",
-                 fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
 
 
 if __name__ == "__main__":

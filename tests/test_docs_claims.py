@@ -229,6 +229,18 @@ def test_the_files_a_page_names_exist(page: Path) -> None:
     assert missing == []
 
 
+def test_the_concurrency_sweep_tables_are_its_json() -> None:
+    """docs/hot-path.md's sweep tables are docs/sweep.json's medians (bench/sweep.py `table`,
+    the function that printed them)."""
+    from bench._sweep_report import table
+
+    sweep = json.loads((ROOT / "docs" / "sweep.json").read_text())
+    text = (ROOT / "docs" / "hot-path.md").read_text()
+    for line in table(sweep).splitlines():
+        if line.startswith("| ") and not line.startswith("|---"):
+            assert line in text, line
+
+
 def test_the_hot_path_figures_are_its_benchmarks_json() -> None:
     """docs/hot-path.md's table is docs/hot-path.json's medians (bench/gateways.py --paced-ms)."""
     bench = json.loads((ROOT / "docs" / "hot-path.json").read_text())
