@@ -1,10 +1,11 @@
 """Fleet concurrency: what one gateway box costs with 1 to 8,192 requests in flight.
 
-tokenwire (one worker, and `--workers 2`, the default on this box), smg, vllm-router and the
-bare Python relay (bench/_floor.py), side by side in one run, the order rotating per round, in
-front of one stub (bench/_stub.py) replaying a real vLLM 0.32's recorded answers, paced as a GPU
-engine's batch: one shared ticker for every open response (`--tick-ms`, 30 ms), every stream one
-token a tick, a whole answer sent when its tokens' ticks have passed. Where the open streams
+tokenwire (one worker; `--workers 2`, the default on this box; one worker under granian), smg,
+vllm-router and the floors (bench/_floor.py: a bare uvloop relay; bench/_floor_stack.py: the
+same on uvicorn and aiohttp, tokenwire's stack), side by side in one run, the order rotating per
+round, in front of one stub (bench/_stub.py) replaying a real vLLM 0.32's recorded answers, paced
+as a GPU engine's batch: one shared ticker for every open response (`--tick-ms`, 30 ms), every
+stream one token a tick, a whole answer sent when its tokens' ticks have passed. Where the open streams
 would pass `--rate` tokens/s (20k: what the stub and this client drive on 2 cores), the tick is
 slowed to keep the total there: those levels measure memory, failures and the loop's health
 more than latency. The stub's own numbers (`stub direct`: the client on the stub) are each
@@ -56,7 +57,7 @@ from bench.gateways import gateway, record  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CONTENDERS = ["tokenwire", "tokenwire granian", "tokenwire x2", "smg", "vllm-router",
-              "python floor"]
+              "python floor", "stack floor"]
 LEVELS = [1, 8, 64, 512, 2048, 8192]
 
 
@@ -260,7 +261,7 @@ def main() -> None:
                             srv = servers.get(nm)
                             url = srv.url if srv is not None else stub.url
                             model = srv.model if srv is not None else stub.model
-                            health = None if srv is None or nm == "python floor" else "/health"
+                            health = None if srv is None or "floor" in nm else "/health"
                             m = measure(srv if srv is not None else stub, url, model, kind,
                                         level, tokens, n, health)
                             m["tick_ms"], m["tokens_each"] = tick * 1000, tokens
