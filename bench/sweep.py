@@ -5,9 +5,9 @@ vllm-router and the floors (bench/_floor.py: a bare uvloop relay; bench/_floor_s
 same on uvicorn and aiohttp, tokenwire's stack), side by side in one run, the order rotating per
 round, in front of one stub (bench/_stub.py) replaying a real vLLM 0.32's recorded answers, paced
 as a GPU engine's batch: one shared ticker for every open response (`--tick-ms`, 30 ms), every
-stream one token a tick, a whole answer sent when its tokens' ticks have passed. Where the open streams
-would pass `--rate` tokens/s (20k: what the stub and this client drive on 2 cores), the tick is
-slowed to keep the total there: those levels measure memory, failures and the loop's health
+stream one token a tick, a whole answer sent when its tokens' ticks have passed. Where the open
+streams would pass `--rate` tokens/s (20k: what the stub and this client drive on 2 cores), the
+tick is slowed to keep the total there: those levels measure memory, failures and the loop's health
 more than latency. The stub's own numbers (`stub direct`: the client on the stub) are each
 level's reference: a gateway that relays at the stub's rate is not the bottleneck, and what it
 adds to time to first token and to the gap between tokens is its own.
