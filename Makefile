@@ -199,7 +199,7 @@ serve: install
 GATEWAY_RUN := --ignore=tests/e2e/test_gateway.py --ignore=tests/e2e/test_vllm.py \
                --ignore=tests/e2e/test_workers.py --ignore=tests/e2e/test_engine_process.py \
                --ignore=tests/e2e/test_cpu_variants.py --ignore=tests/e2e/test_reasoning_model.py \
-               --ignore=tests/e2e/test_rolling.py
+               --ignore=tests/e2e/test_rolling.py --ignore=tests/e2e/test_http_servers.py
 # every shipped model is there: a test that needs one fails rather than skips
 test test-quick: export TOKENWIRE_TEST_REQUIRE_MODELS := 1
 test: $(DEV_INSTALLED) $(TOKENWIRE_LLAMA_SERVER) $(CLIENTS_INSTALLED) $(STRANDS_INSTALLED) \
