@@ -52,6 +52,7 @@ PromptKind = Literal["tokens", "text"]
 TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0)
 ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.5,
                1.0, 2.5, 5.0, 10.0, 20.0)
+LAG_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 STEP_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 
 
@@ -198,6 +199,14 @@ class Metrics:
         self._itl = Histogram(
             "tokenwire_inter_token_latency_seconds", "Between consecutive sampled tokens of a "
             "choice, in seconds.", model, buckets=ITL_BUCKETS, registry=reg)
+        self._loop_lag = Histogram(
+            "tokenwire_event_loop_lag_seconds", "How late the server's event loop came back to "
+            "a timer due every 100 ms: its ready work queued ahead (a callback that blocks, or "
+            "many at once), in seconds.", buckets=LAG_BUCKETS, registry=reg)
+        self.in_flight = 0
+        """HTTP requests being answered now (this process)."""
+        self.answered = 0
+        """HTTP requests answered since the start (this process)."""
         self._migrations = Counter(
             "tokenwire_upstream_migrations", "Sequences whose upstream replica was lost "
             "mid-response, by outcome: moved (continued on another replica) or gave_up.",
@@ -230,6 +239,9 @@ class Metrics:
 
     def request(self, route: str, status: int) -> None:
         self._requests.labels(route, str(status)).inc()
+
+    def loop_lag(self, seconds: float) -> None:
+        self._loop_lag.observe(seconds)
 
     def served(self, model: str, prompt: PromptKind, usage: Usage) -> None:
         """A generation request's usage, counted once (also a stream cut short)."""

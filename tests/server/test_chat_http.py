@@ -10,6 +10,7 @@ import pytest
 
 from tests.conftest import serve_in_process
 from tests.fakes import MODEL, FakeEngine, other_tokenizer
+from tokenwire.protocol.chat import ChatCompletionChunk
 from tokenwire.tokenizers.hf import HFTokenizer
 from tokenwire.tokenizers.registry import TokenizerRegistry
 
@@ -428,3 +429,27 @@ async def test_the_default_limit_is_bounded_by_the_room_the_prompt_leaves(  # ty
         assert r.status_code == 200  # 5000 > the 2048 context: the room bounds it instead
     [prompt], [params] = fake_engine.prompts, fake_engine.params
     assert params.max_tokens == 2048 - len(prompt)
+
+
+async def test_a_plain_text_chunk_is_the_bytes_the_model_writes(make_app: Any, tok: HFTokenizer,
+                                                                fake_engine: FakeEngine) -> None:
+    """Plain text chunks are written from frames (serving/chat.py `_Chunks._frame`): each is
+    byte for byte what the chunk's model writes, whatever the text (quotes, escapes, control
+    characters, a character split across ids), with and without the token-native envelope."""
+    fake_engine.script = tok.encode('Say "hi"\\\n\ttab \x01 \u2028 é 🎉 done')
+    async with serve_in_process(make_app()) as client:
+        for extra in ({}, {"n": 2}, {"tokenizer_version": tok.version,
+                                     "messages": [{"role": "user", "content": {
+                                         "type": "input_tokens", "token_ids": [19556]}}]}):
+            r = await post(client, {**body(), **extra, "stream": True})
+            frames = [ln[6:] for ln in r.text.split("\n\n") if ln.startswith("data: {")]
+            plain = [f for f in frames if '"content":' in f and '"role"' not in f]
+            assert len(plain) >= 10
+            for f in plain:
+                assert ChatCompletionChunk.model_validate_json(f).model_dump_json() == f
+            texts: dict[int, str] = {}
+            for f in plain:
+                choice = json.loads(f)["choices"][0]
+                texts[choice["index"]] = texts.get(choice["index"], "") + \
+                    choice["delta"]["content"]
+            assert texts == {i: tok.decode(fake_engine.script) for i in range(extra.get("n", 1))}

@@ -255,3 +255,37 @@ async def test_a_stream_on_the_real_engine_is_timed_and_its_steps_observed(
     assert after.has("tokenwire_num_requests_running", model_name=MODEL)
     assert after("tokenwire_num_requests_waiting", model_name=MODEL) == 0
     assert delta("tokenwire_generation_tokens_total") == sampled
+
+
+async def test_the_loop_lag_is_observed_and_the_heap_trimmed_once_idle(
+        client: httpx.AsyncClient) -> None:
+    """server/loop.py: a timer every 100 ms, its lateness in the histogram; the heap given
+    back after requests were answered and none is in flight, not while one is."""
+    import asyncio
+
+    from tokenwire.metrics import Metrics
+    from tokenwire.server import loop
+
+    await asyncio.sleep(0.35)  # the app's own probe ran a few times
+    s = await scrape(client)
+    assert s("tokenwire_event_loop_lag_seconds_count") >= 2
+    assert s("tokenwire_event_loop_lag_seconds_bucket", le="+Inf") == \
+        s("tokenwire_event_loop_lag_seconds_count")
+
+    trims: list[int] = []
+    m = Metrics()
+    task = asyncio.create_task(loop.upkeep(m, tick=0.02, idle=0.15,
+                                           trim=lambda: trims.append(m.answered)))
+    try:
+        await asyncio.sleep(0.3)
+        assert trims == []  # nothing answered yet: nothing to give back
+        m.in_flight, m.answered = 1, 3
+        await asyncio.sleep(0.3)
+        assert trims == []  # busy
+        m.in_flight = 0
+        await asyncio.sleep(0.4)
+        assert trims == [3]  # once, idle after answering
+        await asyncio.sleep(0.3)
+        assert trims == [3]  # not again until more are answered
+    finally:
+        task.cancel()

@@ -12,7 +12,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, GetCoreSchemaHandler
 from pydantic_core import core_schema
 
-__all__ = ["RawJSON", "RequestModel", "ResponseModel"]
+__all__ = ["Frame", "RawJSON", "RequestModel", "ResponseModel"]
 
 
 def _neutral_only(schema: dict[str, Any], cls: type[BaseModel]) -> None:
@@ -110,3 +110,16 @@ class RawJSON:
 
 def _raw(value: RawJSON, info: core_schema.SerializationInfo) -> Any:
     return value.parsed() if info.mode_is_json() else orjson.Fragment(value.data)
+
+
+class Frame:
+    """An event already written as JSON (a plain chat chunk: its text between the bytes a
+    model wrote once for the stream), where a wire model would be (server/sse.py)."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes):
+        self.data = data
+
+    def json_bytes(self) -> bytes:
+        return self.data

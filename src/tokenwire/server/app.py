@@ -35,6 +35,7 @@ from .control import control_routes
 from .docs import docs_routes
 from .errors import exception_handlers
 from .inspector import inspector_routes
+from .loop import upkeep
 from .middleware import ApiKeyAuth, BodyLimit, RequestMetrics
 from .records import record_routes
 from .routes import routes
@@ -78,6 +79,7 @@ def create_app(settings: Settings | None = None, *, models: ModelRegistry | None
         for m in models.all():
             await m.engine.start()
         trim_heap()
+        watch = asyncio.create_task(upkeep(metrics))
         refresh = asyncio.create_task(_refresh(metrics)) if metrics.shared else None
         days = settings.storage_retention_days
         expire = asyncio.create_task(expire_forever(store, days)) \
@@ -85,6 +87,9 @@ def create_app(settings: Settings | None = None, *, models: ModelRegistry | None
         try:
             yield
         finally:
+            watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watch
             if expire is not None:  # done before the store closes under it
                 expire.cancel()
                 with contextlib.suppress(asyncio.CancelledError):

@@ -63,12 +63,15 @@ class RequestMetrics:
                 status = message["status"]
             await send(message)
 
+        self._metrics.in_flight += 1
         try:
             await self.app(scope, receive, noted)
         except Exception:  # any kind: noted and re-raised, never swallowed
             status = status or 500  # Starlette's outermost handler answers it with a 500
             raise
         finally:
+            self._metrics.in_flight -= 1
+            self._metrics.answered += 1
             if status is not None:  # None: cancelled before any answer (nothing to count)
                 self._metrics.request(self._route(scope), status)
 

@@ -14,11 +14,14 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+import orjson
+
 from ..config import Settings
 from ..engines.base import Grammar, Thought, TokenEvent
 from ..engines.xgrammar import structural_tag
 from ..errors import InvalidRequestError, TokenwireError, UnsupportedParameterError
 from ..metrics import Metrics
+from ..protocol._base import Frame
 from ..protocol.chat import (
     ChatChoice,
     ChatChunkChoice,
@@ -587,7 +590,7 @@ class ChatService(GenerationService):
         )
 
     async def stream(self, req: ChatCompletionRequest,
-                     caller: Caller = ANONYMOUS) -> Stream[ChatCompletionChunk]:
+                     caller: Caller = ANONYMOUS) -> Stream[ChatEvent]:
         plan = await self._planned(req, caller)
         choices = await self._start(plan)
 
@@ -595,6 +598,13 @@ class ChatService(GenerationService):
             await self._keep(plan, req, self._completion(plan, whole, usage), whole, caller)
 
         return self._stream(plan, _Chunks(plan, keep if req.store else None), choices)
+
+
+ChatEvent = ChatCompletionChunk | Frame
+"""A streamed chat response's event: a chunk, or a plain text chunk already written."""
+
+_MARK = "\x00tokenwire:text\x00"
+"""Where a frame's text goes (no id, model or version holds it: it is NUL-delimited)."""
 
 
 class _Chunks:
@@ -618,18 +628,23 @@ class _Chunks:
         self._parsers = [plan.parser() for _ in range(req.n)]
         self._outs = [plan.out_stream() for _ in range(req.n)]
         self._running = RunningUsage([len(plan.prompt)] * req.n, req.stream_options)
+        # a chunk of text alone (no ids, logprobs, calls, reasoning or running usage shown):
+        # its bytes around the text, written once per choice by the model (`_plain`)
+        self._plain = not (self._only or self._delta_ids or req.logprobs
+                           or self._running.of(0) is not None)
+        self._frames: dict[int, tuple[bytes, bytes]] = {}
 
-    def update(self, u: ChoiceUpdate) -> list[ChatCompletionChunk]:
+    def update(self, u: ChoiceUpdate) -> list[ChatEvent]:
         if self._keep is not None:
             self._whole[u.index].add(u)
         shown = self.delta(u)
-        out = [shown] if shown is not None else []
+        out: list[ChatEvent] = [shown] if shown is not None else []
         if u.finish_reason is not None:
             (out if self._keep is None else self._held).append(self.finish(u))
         return out
 
-    async def close(self, usage: Usage) -> list[ChatCompletionChunk]:
-        out = []
+    async def close(self, usage: Usage) -> list[ChatEvent]:
+        out: list[ChatEvent] = []
         if self._keep is not None:
             await self._keep(self._whole, usage)
             out += self._held
@@ -641,7 +656,7 @@ class _Chunks:
     def fail(self, exc: TokenwireError) -> None:
         return None
 
-    def start(self) -> list[ChatCompletionChunk]:
+    def start(self) -> list[ChatEvent]:
         """Each choice's first chunk: the role (and `echo`'s text); the first also carries
         the prompt's ids and the request's warnings."""
         plan, req = self._plan, self._plan.req
@@ -656,7 +671,7 @@ class _Chunks:
             warnings=plan.warnings if i == 0 else None,
         ) for i in range(req.n)]
 
-    def delta(self, u: ChoiceUpdate) -> ChatCompletionChunk | None:
+    def delta(self, u: ChoiceUpdate) -> ChatEvent | None:
         """The chunk of an update, None when it shows nothing (text a stop string may still
         claim, a tool call's markup)."""
         req = self._plan.req
@@ -680,6 +695,10 @@ class _Chunks:
         if not visible:
             return None
         out = self._outs[u.index].push(ids)
+        if self._plain and parser is None and u.part == "content" \
+                and (u.weight_versions is None or u.finish_reason is not None):
+            head, tail = self._frame(u.index)
+            return Frame(head + orjson.dumps(text) + tail)
         return ChatCompletionChunk(**self.env, usage=self._running.of(u.index), choices=[
             ChatChunkChoice(
                 index=u.index,
@@ -695,6 +714,19 @@ class _Chunks:
                 token_ids=out if req.return_token_ids else None,
                 weight_versions=None if u.finish_reason is not None
                 else wire_spans(u.weight_versions))])
+
+    def _frame(self, index: int) -> tuple[bytes, bytes]:
+        """A plain text chunk's bytes before and after its text, as the model writes them
+        (tests/server/test_chat_http.py holds every frame to the model's own dump)."""
+        got = self._frames.get(index)
+        if got is None:
+            mark = orjson.dumps(_MARK)
+            whole = ChatCompletionChunk(**self.env, usage=None, choices=[ChatChunkChoice(
+                index=index, delta=ChatDelta(content=_MARK))]).model_dump_json().encode()
+            head, found, tail = whole.partition(mark)
+            assert found and mark not in tail
+            got = self._frames[index] = (head, tail)
+        return got
 
     def finish(self, u: ChoiceUpdate) -> ChatCompletionChunk:
         """A choice's last chunk: why it ended, the ids a translation held back (their text
