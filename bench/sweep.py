@@ -158,7 +158,7 @@ async def wave(url: str, model: str, kind: str, level: int, tokens: int,
 
 
 def measure(server: Server | None, url: str, model: str, kind: str, level: int,
-            tokens: int, n: int, health: str | None) -> dict[str, Any]:
+            tokens: int, n: int, health: str | None, settle: float) -> dict[str, Any]:
     idle = server.rss() if server is not None else 0
     cpu0 = server.cpu_seconds() if server is not None else 0.0
     t0 = time.perf_counter()
@@ -166,7 +166,8 @@ def measure(server: Server | None, url: str, model: str, kind: str, level: int,
         relayed, failed, lat = asyncio.run(wave(url, model, kind, level, tokens, n))
     wall = time.perf_counter() - t0
     cpu = server.cpu_seconds() - cpu0 if server is not None else None
-    time.sleep(2.0)  # what the wave left behind, once it is over
+    time.sleep(settle)  # what the wave left behind, once it is over (tokenwire trims its
+    # heap after 5 s idle: server/loop.py)
     after = server.rss() if server is not None else 0
     in_flight = level * (n if kind == "whole" else 1) * tokens
     return {
@@ -262,8 +263,9 @@ def main() -> None:
                             url = srv.url if srv is not None else stub.url
                             model = srv.model if srv is not None else stub.model
                             health = None if srv is None or "floor" in nm else "/health"
+                            big = level >= (512 if kind == "whole" else 8192)
                             m = measure(srv if srv is not None else stub, url, model, kind,
-                                        level, tokens, n, health)
+                                        level, tokens, n, health, 7.0 if big else 1.0)
                             m["tick_ms"], m["tokens_each"] = tick * 1000, tokens
                             per[nm].append(m)
                             print(f"  {nm}: {_line(m)}", flush=True)
