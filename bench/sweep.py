@@ -192,9 +192,9 @@ def main() -> None:
                     help="bench/gateways.py --record's file (a real vLLM's answers); default: "
                     "recorded now (256 tokens, n 8) from a vLLM this starts")
     ap.add_argument("--levels", type=int, nargs="+", default=LEVELS)
-    ap.add_argument("--whole-levels", type=int, nargs="+", default=None,
+    ap.add_argument("--whole-levels", type=int, nargs="*", default=None,
                     help="levels for whole rollouts (default: --levels up to 2,048: each is "
-                    "n upstream connections through tokenwire)")
+                    "n upstream connections through tokenwire; none: streams only)")
     ap.add_argument("--contenders", nargs="+", default=CONTENDERS)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--tick-ms", type=float, default=30.0)
@@ -219,7 +219,8 @@ def main() -> None:
     recorded = json.loads(args.recorded.read_text())
     n = len(recorded["chat_whole"]["choices"])
     whole_tokens = len(recorded["generate_whole"]["choices"][0]["token_ids"])
-    whole_levels = args.whole_levels or [lv for lv in args.levels if lv <= 2048]
+    whole_levels = args.whole_levels if args.whole_levels is not None \
+        else [lv for lv in args.levels if lv <= 2048]
     results: dict[str, Any] = {"setup": {
         "tick_ms": args.tick_ms, "rate": args.rate, "n": n, "whole_tokens": whole_tokens,
         "rounds": args.rounds, "cpu": _cpu_name()}, "whole": {}, "stream": {}}
