@@ -39,7 +39,8 @@ def table(results: dict[str, Any]) -> str:
             cells = [f"{_fmt(med(per[nm], 'tokens_per_s'), 0)}, "
                      f"{_fmt(med(per[nm], 'rss_bytes_per_token_in_flight'), 0)}, "
                      f"{_fmt(med(per[nm], late), 0)}, "
-                     f"{sum(r['failed'] for r in per[nm])}" for nm in names]
+                     f"{sum(r['failed'] for r in per[nm])}" if per[nm] else "not run"
+                     for nm in names]
             out.append(f"| {level} | " + " | ".join(cells) + " |")
         out.append("")
     return "\n".join(out)
