@@ -9,6 +9,7 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -297,6 +298,16 @@ async def serve_in_process(app) -> AsyncIterator[httpx.AsyncClient]:  # type: ig
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://test") as c:
             yield c
+
+
+async def stream_frames(client: httpx.AsyncClient, path: str, payload: dict[str, Any],
+                        ) -> list[dict[str, Any]]:
+    """A streamed request's `data:` events, parsed (the stream must end with `[DONE]`)."""
+    r = await client.post(path, json={**payload, "stream": True})
+    assert r.status_code == 200, r.text
+    frames = [line[6:] for line in r.text.split("\n\n") if line.startswith("data: ")]
+    assert frames[-1] == "[DONE]"
+    return [json.loads(f) for f in frames[:-1]]
 
 
 @pytest.fixture

@@ -5,27 +5,16 @@ real engines' streams are checked in tests/e2e/test_chat_openai.py."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-import httpx
 import pytest
 
-from tests.conftest import serve_in_process
+from tests.conftest import serve_in_process, stream_frames
 from tests.fakes import MODEL, FakeEngine
 from tokenwire.engines.base import FinishEvent, TokenEvent, TokenRun
 from tokenwire.serving.generation import _Coalesced
 
 pytestmark = pytest.mark.anyio
-
-
-async def frames(client: httpx.AsyncClient, path: str, body: dict[str, Any],
-                 ) -> list[dict[str, Any]]:
-    r = await client.post(path, json={**body, "stream": True})
-    assert r.status_code == 200, r.text
-    out = [ln[6:] for ln in r.text.split("\n\n") if ln.startswith("data: ")]
-    assert out[-1] == "[DONE]"
-    return [json.loads(f) for f in out[:-1]]
 
 
 def chat(**kw: Any) -> dict[str, Any]:
@@ -50,8 +39,8 @@ async def test_a_coalesced_chat_stream_is_the_same_stream_in_fewer_chunks(
         make_app: Any, fake_engine: FakeEngine) -> None:
     fake_engine.burst = True
     async with serve_in_process(make_app()) as client:
-        each = await frames(client, "/v1/chat/completions", chat())
-        fewer = await frames(client, "/v1/chat/completions",
+        each = await stream_frames(client, "/v1/chat/completions", chat())
+        fewer = await stream_frames(client, "/v1/chat/completions",
                              chat(stream_options={"coalesce": True}))
     ids, text, lps, n_each = joined(each)
     assert joined(fewer)[:3] == (ids, text, lps)
@@ -63,12 +52,12 @@ async def test_the_server_default_and_a_request_that_says_otherwise(
         make_app: Any, fake_engine: FakeEngine) -> None:
     fake_engine.burst = True
     async with serve_in_process(make_app(stream_coalesce=True)) as client:
-        fewer = await frames(client, "/v1/chat/completions", chat())
-        each = await frames(client, "/v1/chat/completions",
+        fewer = await stream_frames(client, "/v1/chat/completions", chat())
+        each = await stream_frames(client, "/v1/chat/completions",
                             chat(stream_options={"coalesce": False}))
-        completions = await frames(client, "/v1/completions", {
+        completions = await stream_frames(client, "/v1/completions", {
             "model": MODEL, "prompt": "Hello", "max_tokens": 50, "logprobs": 1})
-        generate = await frames(client, "/inference/v1/generate", {
+        generate = await stream_frames(client, "/inference/v1/generate", {
             "model": MODEL, "token_ids": [1, 2, 3],
             "sampling_params": {"max_tokens": 50, "logprobs": 1}})
     assert joined(fewer)[:3] == joined(each)[:3] and joined(fewer)[3] < joined(each)[3]

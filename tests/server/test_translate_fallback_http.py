@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import serve_in_process
+from tests.conftest import serve_in_process, stream_frames
 from tests.fakes import MODEL, FakeEngine, other_tokenizer
 from tokenwire.serving.logprobs import token_text
 from tokenwire.tokenizers.hf import HFTokenizer
@@ -32,15 +32,6 @@ def _chat(version: str, **kw: Any) -> dict[str, Any]:
             "messages": [{"role": "user", "content": {
                 "type": "input_tokens", "token_ids": OTHER.encode("Bonjour à tous, ça va?")}}],
             **kw}
-
-
-async def _frames(c: httpx.AsyncClient, path: str, payload: dict[str, Any],
-                  ) -> list[dict[str, Any]]:
-    r = await c.post(path, json={**payload, "stream": True})
-    assert r.status_code == 200, r.text
-    frames = [line[6:] for line in r.text.split("\n\n") if line.startswith("data: ")]
-    assert frames[-1] == "[DONE]"
-    return [json.loads(f) for f in frames[:-1]]
 
 
 def _chat_stream(frames: list[dict[str, Any]]) -> tuple[list[int], str, Any]:
@@ -69,7 +60,7 @@ async def _three_ways(c: httpx.AsyncClient, version: str, model_tok: HFTokenizer
     assert choice["token_ids"] == ids
     assert whole["token_ids_source"] == "translated"
     assert ids == OTHER.encode(content)  # the model's text (valid UTF-8 here), re-encoded
-    streamed, text, stop = _chat_stream(await _frames(c, "/v1/chat/completions", _chat(
+    streamed, text, stop = _chat_stream(await stream_frames(c, "/v1/chat/completions", _chat(
         version, response_format_tokens=True, **kw)))
     assert streamed == ids and text == content == OTHER.decode(streamed)
     assert stop == choice.get("stop_reason")
@@ -79,7 +70,7 @@ async def _three_ways(c: httpx.AsyncClient, version: str, model_tok: HFTokenizer
     lw = (await c.post("/v1/completions", json=legacy)).json()["choices"][0]
     assert lw["token_ids"] == OTHER.encode(lw["text"])
     ls: list[int] = []
-    for f in await _frames(c, "/v1/completions", legacy):
+    for f in await stream_frames(c, "/v1/completions", legacy):
         for ch in f["choices"]:
             ls += ch["token_ids"]
     assert ls == lw["token_ids"]
@@ -102,7 +93,7 @@ async def test_stream_ids_are_not_re_encoded_per_delta(
     fake_engine.script = tok.encode(text)
     per_delta = [t for i in fake_engine.script for t in OTHER.encode(tok.decode([i]))]
     assert per_delta != OTHER.encode(text)
-    streamed, got, _ = _chat_stream(await _frames(client, "/v1/chat/completions", _chat(
+    streamed, got, _ = _chat_stream(await stream_frames(client, "/v1/chat/completions", _chat(
         client_version, response_format_tokens=True)))
     assert got == text and streamed == OTHER.encode(text)
 
@@ -159,7 +150,7 @@ async def test_logprobs_show_the_client_versions_ids(
                             if list(tok.token_bytes(t)) == top["bytes"])
             assert top.get("id") == want_id(model_id)
     # streamed: the same entries
-    streamed = [e for f in await _frames(client, "/v1/chat/completions", _chat(
+    streamed = [e for f in await stream_frames(client, "/v1/chat/completions", _chat(
         client_version, logprobs=True, top_logprobs=2))
         for ch in f["choices"] for e in (ch.get("logprobs") or {}).get("content") or []]
     assert streamed == entries
