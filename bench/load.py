@@ -163,27 +163,37 @@ async def run_load(base_url: str, *, good: int, bad: int, drop: int, concurrency
     rng.shuffle(jobs)
     sem = asyncio.Semaphore(concurrency)
     stop = asyncio.Event()
-    limits = httpx.Limits(max_connections=concurrency + 8)
+    # idle connections are dropped by the client before the server's keep-alive timeout (5 s in
+    # uvicorn and granian): a request sent on a connection the server is closing at that moment
+    # fails with "Server disconnected" through no fault of either
+    limits = httpx.Limits(max_connections=concurrency + 8, keepalive_expiry=2)
 
     async with httpx.AsyncClient(base_url=base_url, timeout=300, limits=limits) as http:
 
         async def one(kind: str) -> None:
             async with sem:
-                if kind == "good":
-                    await _good(http, rep, rng, max_tokens)
-                elif kind == "bad":
-                    await _bad(http, rep, rng)
-                else:
-                    await _drop(http, rep, rng)
+                try:
+                    if kind == "good":
+                        await _good(http, rep, rng, max_tokens)
+                    elif kind == "bad":
+                        await _bad(http, rep, rng)
+                    else:
+                        await _drop(http, rep, rng)
+                except (httpx.HTTPError, ValueError, KeyError) as e:  # a failure, reported
+                    rep.invariant_failures.append(f"{kind}: {type(e).__name__}: {e}")
 
         async def health() -> None:
-            async with httpx.AsyncClient(base_url=base_url, timeout=30) as h:
+            async with httpx.AsyncClient(base_url=base_url, timeout=30, limits=limits) as h:
                 while not stop.is_set():
                     t0 = time.monotonic()
-                    r = await h.get("/health")
-                    rep.health.append(time.monotonic() - t0)
-                    if r.status_code != 200:
-                        rep.server_errors += 1
+                    try:
+                        r = await h.get("/health")
+                    except httpx.HTTPError as e:
+                        rep.invariant_failures.append(f"health: {type(e).__name__}: {e}")
+                    else:
+                        rep.health.append(time.monotonic() - t0)
+                        if r.status_code != 200:
+                            rep.server_errors += 1
                     await asyncio.sleep(0.1)
 
         pinger = asyncio.create_task(health())
