@@ -141,8 +141,15 @@ BAD: list[tuple[str, str, dict[str, Any], int, str, str | None]] = [
                                                "tokens": [-1]}, 400, "invalid_token_id",
      "tokens[0]"),
     ("detokenize not ids", "/v1/detokenize", {"tokenizer_version": "smollm2-49k",
-                                              "tokens": "hello"}, 400, "invalid_type",
+                                              "tokens": {"0": 1}}, 400, "invalid_type",
      "tokens"),
+    # a string is ids as base64 (`encoding_format`): "hello" is not
+    ("detokenize not base64", "/v1/detokenize", {"tokenizer_version": "smollm2-49k",
+                                                 "tokens": "hello"}, 400, "invalid_value",
+     "tokens"),
+    ("detokenize packed negative", "/v1/detokenize", {"tokenizer_version": "smollm2-49k",
+                                                      "tokens": "AQAAAP////8="}, 400,
+     "invalid_token_id", "tokens[1]"),
 ]
 
 

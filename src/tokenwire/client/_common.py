@@ -13,11 +13,13 @@ import httpx
 from pydantic import BaseModel
 
 from ..errors import error_from_body
+from ..protocol._base import PackedIds
 from ..protocol.control import CONTROL_OPS, ROLLING_UPDATE
 
 __all__ = [
     "DONE",
     "chat_body",
+    "compact_body",
     "control_target",
     "completion_body",
     "decode_sse_line",
@@ -105,6 +107,26 @@ def search_body(query: str | Sequence[int], tokenizer_version: str | None,
     else:
         body = {"query": {"token_ids": list(query), "tokenizer_version": tokenizer_version}}
     return {**body, "limit": limit}
+
+
+def _pack(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: PackedIds(v).text if k == "token_ids" and isinstance(v, list) else _pack(v)
+                for k, v in value.items()}
+    if isinstance(value, list):
+        return [_pack(v) for v in value]
+    return value
+
+
+def compact_body(body: dict[str, Any], ids_key: str | None = None) -> dict[str, Any]:
+    """`body` with the ids it sends as base64 of int32 (every `token_ids`; `ids_key`: a
+    top-level list of ids under another name) and its answer's asked for so
+    (`encoding_format`): the client reads either into the same lists."""
+    out: dict[str, Any] = _pack(body)
+    if ids_key is not None and isinstance(out.get(ids_key), list):
+        out[ids_key] = PackedIds(out[ids_key]).text
+    out.setdefault("encoding_format", "base64")
+    return out
 
 
 def wants_version(body: Mapping[str, Any]) -> bool:

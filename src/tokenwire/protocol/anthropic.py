@@ -18,7 +18,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import ConfigDict, Discriminator, Field, RootModel, Tag
 
 from ._base import RequestModel, ResponseModel
-from .common import ResponseWarning, TokenId, WeightVersionSpan
+from .common import Ids, IdsEncoding, ResponseWarning, TokenIds, WeightVersionSpan
 from .sampling import WeightBoundFields
 
 __all__ = [
@@ -78,7 +78,7 @@ def _str_or_list(block: Any) -> Any:
 class TextParam(RequestModel):
     type: Literal["text"]
     text: str
-    token_ids: list[TokenId] | None = None
+    token_ids: TokenIds | None = None
     """Assistant turns only: the ids a response returned for this block, used verbatim."""
     cache_control: dict[str, Any] | None = None
     """Accepted: the prefix cache finds repeated prompts by itself."""
@@ -91,7 +91,7 @@ class TokenIdsParam(RequestModel):
     """Token ids spliced into the prompt as they are: never decoded and re-encoded."""
 
     type: Literal["token_ids"]
-    token_ids: list[TokenId]
+    token_ids: TokenIds
     cache_control: dict[str, Any] | None = None
 
 
@@ -100,7 +100,7 @@ class ToolUseParam(RequestModel):
     id: str
     name: str
     input: dict[str, Any]
-    token_ids: list[TokenId] | None = None
+    token_ids: TokenIds | None = None
     """As a response returned them: the call's ids (its syntax included), used verbatim."""
     cache_control: dict[str, Any] | None = None
     caller: dict[str, Any] | None = None
@@ -274,7 +274,7 @@ class CountTokensRequest(RequestModel):
     }
 
 
-class MessagesRequest(CountTokensRequest, WeightBoundFields):
+class MessagesRequest(CountTokensRequest, WeightBoundFields, IdsEncoding):
     max_tokens: Annotated[int, Field(ge=1)]
     tokenizer_fallback: Literal["error", "translate"] = "error"
     """On a version that is not the model's: refuse (default) or go through text."""
@@ -320,7 +320,7 @@ StopReason = Literal["end_turn", "max_tokens", "stop_sequence", "tool_use", "pau
 class TextContent(ResponseModel):
     type: Literal["text"] = "text"
     text: str
-    token_ids: list[int] | None = None
+    token_ids: Ids | None = None
     """The ids this block was sampled as (with `response_format_tokens`)."""
 
     omit_if_none: ClassVar[frozenset[str]] = frozenset({"token_ids"})
@@ -331,7 +331,7 @@ class ToolUseContent(ResponseModel):
     id: str
     name: str
     input: dict[str, Any]
-    token_ids: list[int] | None = None
+    token_ids: Ids | None = None
     """The call's ids, its syntax (tags, the name) included."""
 
     omit_if_none: ClassVar[frozenset[str]] = frozenset({"token_ids"})
@@ -344,7 +344,7 @@ class ThinkingContent(ResponseModel):
     type: Literal["thinking"] = "thinking"
     thinking: str
     signature: str
-    token_ids: list[int] | None = None
+    token_ids: Ids | None = None
     """The reasoning's ids, its markers (`<think>`, `</think>`) included."""
 
     omit_if_none: ClassVar[frozenset[str]] = frozenset({"token_ids"})
@@ -377,7 +377,7 @@ class Message(ResponseModel):
     tokenizer_version: str | None = None
     template_version: str | None = None
     token_ids_source: Literal["sampled", "translated", "retokenized"] | None = None
-    prompt_token_ids: list[int] | None = None
+    prompt_token_ids: Ids | None = None
     """With `return_token_ids`: the prompt as the model read it."""
     weight_versions: list[WeightVersionSpan] | None = None
     warnings: list[ResponseWarning] | None = None
@@ -415,7 +415,7 @@ class ContentBlockStartEvent(ResponseModel):
 class TextDelta(ResponseModel):
     type: Literal["text_delta"] = "text_delta"
     text: str
-    token_ids: list[int] | None = None
+    token_ids: Ids | None = None
     """This delta's ids (`text` may be "" while a character's bytes are still arriving)."""
 
     omit_if_none: ClassVar[frozenset[str]] = frozenset({"token_ids"})
@@ -424,7 +424,7 @@ class TextDelta(ResponseModel):
 class InputJsonDelta(ResponseModel):
     type: Literal["input_json_delta"] = "input_json_delta"
     partial_json: str
-    token_ids: list[int] | None = None
+    token_ids: Ids | None = None
 
     omit_if_none: ClassVar[frozenset[str]] = frozenset({"token_ids"})
 
@@ -432,7 +432,7 @@ class InputJsonDelta(ResponseModel):
 class ThinkingDelta(ResponseModel):
     type: Literal["thinking_delta"] = "thinking_delta"
     thinking: str
-    token_ids: list[int] | None = None
+    token_ids: Ids | None = None
     """This delta's ids (a marker's: with `thinking` "")."""
 
     omit_if_none: ClassVar[frozenset[str]] = frozenset({"token_ids"})

@@ -9,12 +9,14 @@ from pydantic.json_schema import SkipJsonSchema
 
 from ._base import RawJSON, RequestModel, ResponseModel
 from .common import (
+    Ids,
+    IdsEncoding,
     Metadata,
     PromptLogprob,
     ResponseWarning,
     Stop,
     StreamOptions,
-    TokenId,
+    TokenIds,
     TokenLogprob,
     Usage,
     WeightVersionSpan,
@@ -58,7 +60,7 @@ class InputTokensBlock(RequestModel):
     """Token ids spliced into the prompt as they are: never decoded and re-encoded."""
 
     type: Literal["input_tokens"]
-    token_ids: list[TokenId]
+    token_ids: TokenIds
 
 
 class InputDocumentBlock(RequestModel):
@@ -118,7 +120,7 @@ def _listify(v: Any) -> Any:
 class ChatMessage(RequestModel):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: Content | None = None
-    token_ids: list[TokenId] | None = None
+    token_ids: TokenIds | None = None
     """Assistant history only: the ids returned earlier, used verbatim instead of `content`."""
     name: str | None = None
     tool_call_id: str | None = None
@@ -152,7 +154,7 @@ def _no_int_as_bool(v: Any) -> Any:
 TokenFormat = Annotated[Literal[False, True, "only"], BeforeValidator(_no_int_as_bool)]
 
 
-class ChatCompletionRequest(VllmSamplingFields):
+class ChatCompletionRequest(VllmSamplingFields, IdsEncoding):
     model: str
     messages: list[ChatMessage]
     tokenizer_version: str | None = None
@@ -285,10 +287,10 @@ class ResponseMessage(ResponseModel):
     tool_calls: list[ResponseToolCall] | None = None
     reasoning: str | None = None
     """vLLM's: the model's reasoning, where it reasons (its markers' text not included)."""
-    token_ids: list[int] | None = None
+    token_ids: Ids | None = None
     """The ids the model sampled (`response_format_tokens`), reasoning and markers included:
     the message as history sends it back."""
-    reasoning_token_ids: list[int] | None = None
+    reasoning_token_ids: Ids | None = None
     """With `token_ids`, where the model reasoned: the reasoning's ids (a run of `token_ids`,
     between its markers)."""
 
@@ -299,7 +301,7 @@ class ChatChoice(ResponseModel):
     message: ResponseMessage
     logprobs: ChoiceLogprobs | None = None
     finish_reason: FinishReason | None
-    token_ids: list[int] | None = None
+    token_ids: Ids | None = None
     """vLLM dialect (`return_token_ids`): the ids the model sampled."""
     stop_reason: int | str | None = None
     """vLLM dialect: the end-of-generation id or the stop string that ended the choice."""
@@ -321,7 +323,7 @@ class _TokenNative(ResponseModel):
     created: int
     model: str
     system_fingerprint: str | None = None
-    prompt_token_ids: list[int] | None = None
+    prompt_token_ids: Ids | None = None
     """vLLM dialect (`return_token_ids`): the exact ids the model was fed."""
     tokenizer_version: str | None = None
     """Full id of the version every id in this response belongs to."""
@@ -358,7 +360,7 @@ class ChatDelta(ResponseModel):
     reasoning: str | None = None
     """vLLM's: a piece of the model's reasoning (never with `content` in one delta)."""
     tool_calls: list[DeltaToolCall] | None = None
-    token_ids: list[int] | None = None
+    token_ids: Ids | None = None
     """The ids of the text this delta carries, in `content`, in `reasoning` or in a call's
     `arguments` (or in the syntax around them: a tool format's, reasoning markers)."""
 
@@ -369,7 +371,7 @@ class ChatChunkChoice(ResponseModel):
     delta: ChatDelta
     logprobs: ChoiceLogprobs | None = None
     finish_reason: FinishReason | None = None
-    token_ids: list[int] | None = None
+    token_ids: Ids | None = None
     stop_reason: int | str | None = None
     stop_logprob: float | None = None
     weight_versions: list[WeightVersionSpan] | None = None

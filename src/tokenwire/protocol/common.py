@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, StrictInt, WithJsonSchema
 
-from ._base import RequestModel, ResponseModel
+from ._base import OR_BASE64, RequestModel, ResponseModel
 
 __all__ = [
     "ErrorInfo",
@@ -18,7 +18,10 @@ __all__ = [
     "PromptTokensDetails",
     "ResponseWarning",
     "StreamOptions",
+    "Ids",
+    "IdsEncoding",
     "TokenId",
+    "TokenIds",
     "MAX_METADATA_PAIRS",
     "Metadata",
     "TokenLogprob",
@@ -32,6 +35,10 @@ __all__ = [
 #: A token id as a client may send it: a JSON integer, not negative. The upper bound depends on
 #: the tokenizer version and is checked by serving code.
 TokenId = Annotated[StrictInt, Field(ge=0)]
+#: a request's ids: a JSON list of them, or base64 of little-endian int32 (`PackedIds`)
+TokenIds = Annotated[list[TokenId], OR_BASE64]
+#: a response's ids: a JSON list, or base64 where the request asked `encoding_format: "base64"`
+Ids = Annotated[list[int], OR_BASE64]
 
 MAX_METADATA_PAIRS = 16
 _NO_NUL = r"^[^\x00]*$"
@@ -55,6 +62,15 @@ StopStrings = Annotated[list[str], BeforeValidator(_listify), WithJsonSchema(_ON
 Stop = Annotated[list[str], BeforeValidator(_listify), Field(max_length=4), WithJsonSchema(
     {"anyOf": [{"type": "string"},
                {"type": "array", "items": {"type": "string"}, "maxItems": 4}]})]
+
+
+class IdsEncoding(RequestModel):
+    """The request fields of the answers that carry ids."""
+
+    encoding_format: Literal["list", "base64"] = "list"
+    """tokenwire's: `"base64"` writes every list of ids in the answer (`token_ids`,
+    `prompt_token_ids`, ..., stream events too) as one string, base64 of little-endian int32,
+    as OpenAI's embeddings write vectors. Ids sent may be base64 either way."""
 
 
 class StreamOptions(RequestModel):

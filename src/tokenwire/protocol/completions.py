@@ -7,7 +7,16 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import Discriminator, Field, Tag
 
 from ._base import ResponseModel
-from .common import ResponseWarning, Stop, StreamOptions, TokenId, Usage, WeightVersionSpan
+from .common import (
+    Ids,
+    IdsEncoding,
+    ResponseWarning,
+    Stop,
+    StreamOptions,
+    TokenId,
+    Usage,
+    WeightVersionSpan,
+)
 from .sampling import VllmSamplingFields
 
 __all__ = [
@@ -52,7 +61,7 @@ def _listify(v: Any) -> Any:
     return [v] if isinstance(v, str) else v
 
 
-class CompletionRequest(VllmSamplingFields):
+class CompletionRequest(VllmSamplingFields, IdsEncoding):
     model: str
     prompt: Prompt
     """One choice set per prompt; token prompts need `tokenizer_version`."""
@@ -127,9 +136,9 @@ class CompletionChoice(ResponseModel):
     index: int
     logprobs: CompletionLogprobs | None = None
     finish_reason: Literal["stop", "length", "content_filter", "abort"] | None = None
-    token_ids: list[int] | None = None
+    token_ids: Ids | None = None
     """vLLM dialect (`return_token_ids`): the ids the model sampled for this choice."""
-    prompt_token_ids: list[int] | None = None
+    prompt_token_ids: Ids | None = None
     """vLLM dialect: the ids this choice's prompt fed the model (first chunk when streaming)."""
     stop_reason: int | str | None = None
     weight_versions: list[WeightVersionSpan] | None = None

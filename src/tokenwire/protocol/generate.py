@@ -18,8 +18,16 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import Field, StrictInt
 from pydantic.json_schema import SkipJsonSchema
 
-from ._base import RawJSON, RequestModel, ResponseModel
-from .common import ResponseWarning, StopStrings, TokenId, Usage, WeightVersionSpan
+from ._base import OR_BASE64, RawJSON, RequestModel, ResponseModel
+from .common import (
+    Ids,
+    IdsEncoding,
+    ResponseWarning,
+    StopStrings,
+    TokenId,
+    Usage,
+    WeightVersionSpan,
+)
 from .sampling import WeightBoundFields
 
 __all__ = [
@@ -141,8 +149,8 @@ class GenerateStreamOptions(RequestModel):
     (never waiting for more); None: the server's `stream_coalesce`."""
 
 
-class GenerateRequest(WeightBoundFields):
-    token_ids: Annotated[list[TokenId], Field(min_length=1)]
+class GenerateRequest(WeightBoundFields, IdsEncoding):
+    token_ids: Annotated[list[TokenId], Field(min_length=1), OR_BASE64]
     """The whole prompt, rendered by the client (template control ids included)."""
     sampling_params: GenerateSamplingParams
     model: str | None = None
@@ -212,7 +220,7 @@ class GenerateChoice(ResponseModel):
     """"stop", "length" (or vLLM's "abort", "repetition"); on the last chunk of a stream."""
     stop_reason: int | str | None = None
     """The stop id or string that ended the choice; None for the model's main EOS."""
-    token_ids: list[int] | None = None
+    token_ids: Ids | None = None
     """The sampled ids, the one that ended the output included (vLLM's convention); deltas
     when streaming."""
     logprobs: GenerateLogprobs | None = None
@@ -236,7 +244,7 @@ class _GenerateBase(ResponseModel):
     model: str | None = None
     created: int | None = None
     usage: Usage | None = None
-    prompt_token_ids: list[int] | None = None
+    prompt_token_ids: Ids | None = None
     output_mode: Literal["tokens"] = "tokens"
     choices: list[GenerateChoice]
     tokenizer_version: str | None = None

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ._base import ResponseModel
-from .common import ResponseWarning
+from .common import Ids, ResponseWarning
 
 __all__ = ["MessageSpan", "RenderResponse"]
 
@@ -26,7 +26,7 @@ class RenderResponse(ResponseModel):
 
     omit_if_none = frozenset({"warnings"})
     request_id: str
-    token_ids: list[int]
+    token_ids: Ids
     """Exactly the prompt a chat request with this body runs with."""
     sampling_params: dict[str, Any]
     model: str

@@ -14,7 +14,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import ConfigDict, Discriminator, Field, RootModel, Tag
 
 from ._base import RequestModel, ResponseModel
-from .common import ResponseWarning, TokenId, TokenLogprob, WeightVersionSpan
+from .common import Ids, IdsEncoding, ResponseWarning, TokenIds, TokenLogprob, WeightVersionSpan
 from .sampling import WeightBoundFields
 from .tools import FunctionName
 
@@ -102,7 +102,7 @@ class InputTokensPart(RequestModel):
     """Token ids spliced into the prompt as they are: never decoded and re-encoded."""
 
     type: Literal["input_tokens"]
-    token_ids: list[TokenId]
+    token_ids: TokenIds
 
 
 ContentPart = Annotated[
@@ -143,7 +143,7 @@ class MessageItem(RequestModel):
     type: Literal["message"] = "message"
     role: Literal["user", "system", "developer", "assistant"]
     content: Parts
-    token_ids: list[TokenId] | None = None
+    token_ids: TokenIds | None = None
     """Assistant messages: the ids returned earlier, used verbatim instead of `content`."""
     id: str | None = None
     status: ItemStatus | None = None
@@ -156,7 +156,7 @@ class FunctionCallItem(RequestModel):
     call_id: str
     name: str
     arguments: str
-    token_ids: list[TokenId] | None = None
+    token_ids: TokenIds | None = None
     """As returned earlier: with every item of the turn carrying them, the turn's ids are
     spliced verbatim (the call is not rendered again)."""
     id: str | None = None
@@ -265,7 +265,7 @@ class TextConfig(RequestModel):
     """Only the default ("medium") can be honoured: others are refused."""
 
 
-class ResponsesRequest(WeightBoundFields):
+class ResponsesRequest(WeightBoundFields, IdsEncoding):
     model: str
     input: Annotated[Annotated[str, Tag("~str")] | Annotated[list[InputItem], Tag("~list")],
                      _str_or_list("input")]
@@ -354,7 +354,7 @@ class OutputMessage(ResponseModel):
     role: Literal["assistant"] = "assistant"
     status: ItemStatus
     content: list[OutputTextPart]
-    token_ids: list[int] | None = None
+    token_ids: Ids | None = None
     """`output.token_ids`: the ids of this item, exactly as sampled."""
 
 
@@ -367,7 +367,7 @@ class OutputFunctionCall(ResponseModel):
     name: str
     arguments: str
     """Exactly as sampled."""
-    token_ids: list[int] | None = None
+    token_ids: Ids | None = None
     """`output.token_ids`: the ids of this call, the tool format's syntax around it
     included."""
 
@@ -387,7 +387,7 @@ class OutputReasoning(ResponseModel):
     status: ItemStatus
     summary: list[Any] = Field(default_factory=list)
     content: list[ReasoningTextPart] = Field(default_factory=list)
-    token_ids: list[int] | None = None
+    token_ids: Ids | None = None
     """`output.token_ids`: the ids of this item, its markers (`<think>`, `</think>`)
     included."""
 
@@ -465,7 +465,7 @@ class Response(ResponseModel):
     """Full id of the version every id in this response belongs to."""
     template_version: str | None = None
     token_ids_source: Literal["sampled", "translated", "retokenized"] | None = None
-    input_token_ids: list[int] | None = None
+    input_token_ids: Ids | None = None
     """`input.token_ids`: the exact ids the model was fed."""
     weight_versions: list[WeightVersionSpan] | None = None
     """With `output.token_ids`: which weights sampled which output ids (vLLM 0.32's spans over
@@ -513,7 +513,7 @@ class TextDeltaEvent(_Event):
     delta: str
     """Never splits a UTF-8 character: may be "" while ids of a partial character arrive."""
     logprobs: list[TokenLogprob] = Field(default_factory=list)
-    token_ids: list[int] | None = None
+    token_ids: Ids | None = None
     """`output.token_ids`: the ids of this delta (concatenated: the item's `token_ids`)."""
 
 
@@ -532,7 +532,7 @@ class ArgumentsDeltaEvent(_Event):
     item_id: str
     output_index: int
     delta: str
-    token_ids: list[int] | None = None
+    token_ids: Ids | None = None
     """`output.token_ids`: the ids of this delta, the tool format's syntax included."""
 
 

@@ -13,7 +13,7 @@ from pydantic import Field, model_validator
 
 from ._base import RequestModel, ResponseModel
 from .chat import ChatCompletion
-from .common import MAX_METADATA_PAIRS, Metadata, TokenId
+from .common import MAX_METADATA_PAIRS, Ids, Metadata, TokenIds
 
 __all__ = [
     "DeletedCompletion",
@@ -94,7 +94,7 @@ class StoredMessage(ResponseModel):
     name: str | None = None
     tool_calls: list[dict[str, Any]] | None = None
     tool_call_id: str | None = None
-    token_ids: list[int] | None = None
+    token_ids: Ids | None = None
     """The message's ids as the model read it (`format` tokens or both): its content, without
     the template's role markers."""
     tokenizer_version: str | None = None
@@ -116,7 +116,7 @@ class NewDocument(RequestModel):
     version) or ids of a named version (kept as they are)."""
 
     text: str | None = None
-    token_ids: list[TokenId] | None = None
+    token_ids: TokenIds | None = None
     tokenizer_version: str | None = None
     """The version of `token_ids` (required with them); with `text`, the version to encode it
     with (default: the served model's)."""
@@ -140,7 +140,7 @@ class Document(ResponseModel):
     omit_if_none = frozenset({"token_ids", "tokenizer_version", "text"})
     id: str
     object: Literal["document"] = "document"
-    token_ids: list[int] | None = None
+    token_ids: Ids | None = None
     tokenizer_version: str | None = None
     text: str | None = None
 
@@ -152,7 +152,7 @@ class DeletedDocument(ResponseModel):
 
 
 class DocumentQuery(RequestModel):
-    token_ids: list[TokenId]
+    token_ids: TokenIds
     tokenizer_version: str
 
 

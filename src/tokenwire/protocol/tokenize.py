@@ -8,7 +8,7 @@ from pydantic import ConfigDict, Field
 
 from ._base import RequestModel, ResponseModel
 from .chat import ChatMessage
-from .common import ResponseWarning, TokenId
+from .common import Ids, IdsEncoding, ResponseWarning, TokenIds
 from .render import MessageSpan
 from .tools import Tool
 
@@ -28,7 +28,7 @@ __all__ = [
 ]
 
 
-class TokenizeRequest(RequestModel):
+class TokenizeRequest(IdsEncoding):
     """Name a `model` or a `tokenizer_version` (or both, which must agree), and send a
     `prompt` or chat `messages`."""
 
@@ -57,7 +57,7 @@ class TokenizeRequest(RequestModel):
 class TokenizeResponse(ResponseModel):
     omit_if_none = frozenset({"token_strs", "spans", "sampled_mask", "template_version",
                               "warnings"})
-    tokens: list[int]
+    tokens: Ids
     count: int
     max_model_len: int | None
     """Of the model named, or of a model serving this version; null when none does."""
@@ -76,7 +76,7 @@ class TokenizeResponse(ResponseModel):
 class DetokenizeRequest(RequestModel):
     model: str | None = None
     tokenizer_version: str | None = None
-    tokens: list[TokenId]
+    tokens: TokenIds
     return_pieces: bool = False
     """Also return what each id stands for on its own (`pieces`): the token inspector's boxes."""
 
@@ -102,7 +102,7 @@ class DetokenizeResponse(ResponseModel):
     """With `return_pieces`: one per id, in order."""
 
 
-class TranslateRequest(RequestModel):
+class TranslateRequest(IdsEncoding):
     """Ids of one registered version -> the ids of the same bytes in another (docs/api.md)."""
 
     model_config = ConfigDict(populate_by_name=True)
@@ -110,11 +110,11 @@ class TranslateRequest(RequestModel):
     """The version the ids belong to (full id or alias)."""
     to: str
     """The version to translate them into (full id or alias)."""
-    token_ids: list[TokenId]
+    token_ids: TokenIds
 
 
 class TranslateResponse(ResponseModel):
-    token_ids: list[int]
+    token_ids: Ids
     """In `to`'s version."""
     text_bytes: int
     """How many bytes the sent ids stand for (their UTF-8, control tokens as their text)."""

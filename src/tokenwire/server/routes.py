@@ -14,9 +14,10 @@ from starlette.routing import Route
 
 from .. import __version__
 from ..metrics import CONTENT_TYPE, Metrics
+from ..protocol._base import pack_ids
 from ..protocol.anthropic import CountTokensRequest, MessagesRequest
 from ..protocol.chat import ChatCompletionRequest
-from ..protocol.common import ModelCard, ModelList, Version
+from ..protocol.common import IdsEncoding, ModelCard, ModelList, Version
 from ..protocol.completions import CompletionRequest
 from ..protocol.generate import GenerateRequest
 from ..protocol.health import Health, ModelHealth
@@ -97,30 +98,36 @@ async def get_model(request: Request) -> Response:
     return ModelResponse(_card(m, root))
 
 
-async def _respond(request: Request, stream: bool,
+async def _respond(request: Request, req: IdsEncoding, stream: bool,
                    make_stream: Callable[[], Awaitable[Stream[Any]]],
                    make_whole: Callable[[], Awaitable[BaseModel]], *, typed: bool = False,
                    ) -> Response:
     """SSE for a stream (errors before the first chunk are still plain HTTP errors), else JSON;
     `typed`: the stream's events are framed with their `event:` type (Responses, Messages)."""
+    packed = req.encoding_format == "base64"
     if stream:
         try:  # admission may wait (an upstream's prefill): a client gone meanwhile frees it
             events = await _unless_disconnected(request, make_stream())
         except _ClientGone:
             return Response(status_code=499)
-        return SSEResponse(events, typed=typed)
+        return SSEResponse(events, typed=typed, packed=packed)
     try:
         result = await _unless_disconnected(request, make_whole())
     except _ClientGone:
         return Response(status_code=499)
-    return ModelResponse(result)
+    return _answer(req, result)
+
+
+def _answer(req: IdsEncoding, result: BaseModel) -> ModelResponse:
+    """`result`, its ids as base64 where the request asked (`encoding_format`)."""
+    return ModelResponse(pack_ids(result) if req.encoding_format == "base64" else result)
 
 
 async def chat_completions(request: Request) -> Response:
     req = parse_body(await request.body(), ChatCompletionRequest)
     service: ChatService = request.app.state.chat
     caller = caller_of(request)
-    return await _respond(request, req.stream, lambda: service.stream(req, caller),
+    return await _respond(request, req, req.stream, lambda: service.stream(req, caller),
                           lambda: service.create(req, caller))
 
 
@@ -129,7 +136,7 @@ async def responses(request: Request) -> Response:
     req = parse_body(await request.body(), ResponsesRequest)
     service: ResponsesService = request.app.state.responses
     caller = caller_of(request)
-    return await _respond(request, bool(req.stream), lambda: service.stream(req, caller),
+    return await _respond(request, req, bool(req.stream), lambda: service.stream(req, caller),
                           lambda: service.create(req, caller), typed=True)
 
 
@@ -138,7 +145,7 @@ async def messages(request: Request) -> Response:
     req = parse_body(await request.body(), MessagesRequest)
     service: MessagesService = request.app.state.messages
     caller = caller_of(request)
-    return await _respond(request, req.stream, lambda: service.stream(req, caller),
+    return await _respond(request, req, req.stream, lambda: service.stream(req, caller),
                           lambda: service.create(req, caller), typed=True)
 
 
@@ -152,14 +159,14 @@ async def render_chat(request: Request) -> Response:
     """vLLM's render: the prompt a chat request would run with, nothing generated."""
     req = parse_body(await request.body(), ChatCompletionRequest)
     service: ChatService = request.app.state.chat
-    return ModelResponse(await service.render(req, caller_of(request)))
+    return _answer(req, await service.render(req, caller_of(request)))
 
 
 async def completions(request: Request) -> Response:
     req = parse_body(await request.body(), CompletionRequest)
     service: CompletionService = request.app.state.completions
     caller = caller_of(request)
-    return await _respond(request, req.stream, lambda: service.stream(req, caller),
+    return await _respond(request, req, req.stream, lambda: service.stream(req, caller),
                           lambda: service.create(req, caller))
 
 
@@ -168,14 +175,14 @@ async def generate(request: Request) -> Response:
     req = parse_body(await request.body(), GenerateRequest)
     service: GenerateService = request.app.state.generate
     caller = caller_of(request)
-    return await _respond(request, bool(req.stream), lambda: service.stream(req, caller),
+    return await _respond(request, req, bool(req.stream), lambda: service.stream(req, caller),
                           lambda: service.create(req, caller))
 
 
 async def tokenize(request: Request) -> Response:
     req = parse_body(await request.body(), TokenizeRequest)
     service: TokenizeService = request.app.state.tokenize
-    return ModelResponse(service.tokenize(req, caller_of(request)))
+    return _answer(req, service.tokenize(req, caller_of(request)))
 
 
 async def detokenize(request: Request) -> Response:
@@ -187,7 +194,7 @@ async def detokenize(request: Request) -> Response:
 async def translate(request: Request) -> Response:
     req = parse_body(await request.body(), TranslateRequest)
     service: TokenizeService = request.app.state.tokenize
-    return ModelResponse(await asyncio.to_thread(service.translate, req))
+    return _answer(req, await asyncio.to_thread(service.translate, req))
 
 
 async def list_tokenizers(request: Request) -> Response:

@@ -21,6 +21,7 @@ from starlette.responses import StreamingResponse
 from starlette.types import Send
 
 from ..errors import TokenwireError, internal_error
+from ..protocol._base import pack_ids
 from ..serving.generation import Stream
 from ._json import dumps
 
@@ -32,16 +33,17 @@ DONE = b"data: [DONE]\n\n"
 
 
 class SSEResponse(StreamingResponse):
-    def __init__(self, events: Stream[Any], *, typed: bool = False):
+    def __init__(self, events: Stream[Any], *, typed: bool = False, packed: bool = False):
         super().__init__(events, media_type="text/event-stream",
                          headers={"Cache-Control": "no-cache"})
         self._events = events
         self._typed = typed
+        self._packed = packed  # the request's `encoding_format: "base64"`
 
     async def stream_response(self, send: Send) -> None:
         await send({"type": "http.response.start", "status": self.status_code,
                     "headers": self.raw_headers})
-        events, typed = self._events, self._typed
+        events, typed, packed = self._events, self._typed, self._packed
         it = events.__aiter__()
         held: list[bytes] = []
         try:
@@ -53,6 +55,8 @@ class SSEResponse(StreamingResponse):
                 except Exception as exc:  # noqa: BLE001 - the stream ends in its API's shape
                     held.append(_error_frame(exc, typed))
                     break
+                if packed:
+                    ev = pack_ids(ev)
                 if typed:
                     held.append(b"event: " + ev.type.encode() + b"\ndata: "
                                 + ev.json_bytes() + b"\n\n")
