@@ -5,6 +5,8 @@ gateway speaks vLLM's API). A second gateway, in process, on the live server's u
 
 from __future__ import annotations
 
+import base64
+from array import array
 from collections.abc import Iterator
 from typing import Any
 
@@ -70,3 +72,6 @@ def test_a_whole_generate_answer_is_the_streamed_one(live_server: LiveServer,
         assert (y["token_id"], y["token"], y.get("rank")) == \
             (x["token_id"], x["token"], x.get("rank"))
         assert y["logprob"] == pytest.approx(x["logprob"], abs=1e-4)
+    # the bulk answer's ids as base64 (`encoding_format`): the same ids
+    c = _post(whole, "/inference/v1/generate", {**body, "encoding_format": "base64"})
+    assert array("i", base64.b64decode(c["choices"][0]["token_ids"])).tolist() == b["token_ids"]
