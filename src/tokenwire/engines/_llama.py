@@ -16,7 +16,7 @@ from pathlib import Path
 import llama_cpp as L
 import numpy as np
 
-from .cpu import load_cpu_backend
+from .cpu import Threadpool, load_cpu_backend
 
 __all__ = ["Batch", "LlamaModel", "LoraError", "Sampler", "default_threads", "log_softmax",
            "silence_logs", "vocab_eog_ids"]
@@ -86,10 +86,17 @@ class LlamaModel:
         if count_ubatches:
             self._eval_cb = _ubatch_counter(self)
             cparams.cb_eval = self._eval_cb
+        try:
+            self._threads = Threadpool(threads)
+        except Exception:
+            L.llama_model_free(self.model)
+            raise
         self.ctx = L.llama_init_from_model(self.model, cparams)
         if not self.ctx:
+            self._threads.close()
             L.llama_model_free(self.model)
             raise RuntimeError("llama.cpp could not create a context")
+        _attach_threadpool(self.ctx, self._threads.handle, self._threads.handle)
         self.n_ctx_seq = L.llama_n_ctx_seq(self.ctx)
         self.n_batch = n_batch
         self.memory = L.llama_get_memory(self.ctx)
@@ -193,6 +200,7 @@ class LlamaModel:
         if self.ctx:
             L.llama_free(self.ctx)
             self.ctx = None
+        self._threads.close()  # after the context that uses it
         for p in self._adapters:  # after the context that uses them, before their model
             L.llama_adapter_lora_free(p)
         self._adapters = []
@@ -259,6 +267,14 @@ def log_softmax(logits: np.ndarray) -> np.ndarray:
     m = logits.max()
     out: np.ndarray = logits - (m + np.log(np.exp(logits - m).sum()))
     return out
+
+
+def _attach_threadpool(ctx: object, pool: int | None, batch: int | None) -> None:
+    """llama.cpp's `llama_attach_threadpool` (llama-cpp-python binds no wrapper of it)."""
+    f = L.llama_cpp._lib.llama_attach_threadpool
+    f.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+    f.restype = None
+    f(ctx, pool, batch)
 
 
 def default_threads() -> int:

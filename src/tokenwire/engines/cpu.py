@@ -117,3 +117,43 @@ def _load(variant: str | None) -> CpuBackend:
     if not load(str(found[chosen]).encode()):
         raise SetupError(f"ggml could not load its CPU variant {found[chosen]}")
     return CpuBackend(chosen, cpu)
+
+
+class Threadpool:
+    """ggml's CPU threadpool, made once and kept for a context's life, as llama-server does
+    (`llama_attach_threadpool`): without one, ggml starts and joins its compute threads on every
+    `llama_decode`, a step's worth of thread start-up and cold caches per token. Its threads
+    poll a while for the next step before they sleep (ggml's default, hybrid polling 50)."""
+
+    def __init__(self, n_threads: int):
+        load_cpu_backend()
+        lib_dir = _lib_dir()
+        registry = lib_dir / "libggml.so.0"
+        ggml = ctypes.CDLL(str(registry if registry.exists() else lib_dir / "libggml.so"))
+        ggml.ggml_backend_dev_by_type.argtypes = [ctypes.c_int]
+        ggml.ggml_backend_dev_by_type.restype = ctypes.c_void_p
+        ggml.ggml_backend_dev_backend_reg.argtypes = [ctypes.c_void_p]
+        ggml.ggml_backend_dev_backend_reg.restype = ctypes.c_void_p
+        ggml.ggml_backend_reg_get_proc_address.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+        ggml.ggml_backend_reg_get_proc_address.restype = ctypes.c_void_p
+        ggml.ggml_threadpool_params_init.argtypes = [ctypes.c_void_p, ctypes.c_int]
+        dev = ggml.ggml_backend_dev_by_type(0)  # GGML_BACKEND_DEVICE_TYPE_CPU
+        reg = ggml.ggml_backend_dev_backend_reg(dev) if dev else None
+        new = reg and ggml.ggml_backend_reg_get_proc_address(reg, b"ggml_threadpool_new")
+        free = reg and ggml.ggml_backend_reg_get_proc_address(reg, b"ggml_threadpool_free")
+        if not (new and free):
+            raise SetupError("ggml's CPU backend has no threadpool to make")
+        # filled by ggml itself (its defaults: no affinity mask, normal priority, poll 50), so
+        # no copy of its layout here: a buffer larger than the struct (512 mask bytes and 16)
+        self._params = ctypes.create_string_buffer(2048)
+        ggml.ggml_threadpool_params_init(self._params, n_threads)
+        self._new = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)(new)
+        self._free = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(free)
+        self.handle: int | None = self._new(self._params)
+        if not self.handle:
+            raise SetupError(f"ggml could not start a threadpool of {n_threads} threads")
+
+    def close(self) -> None:
+        if self.handle:
+            self._free(self.handle)
+            self.handle = None
