@@ -27,7 +27,8 @@ from ..tokenizers.base import Tokenizer
 from ..tokenizers.conversions import record
 
 __all__ = ["MISSING_LOGPROB", "IdMap", "LegacyLogprobs", "chat_logprobs", "chat_logprobs_json",
-           "generate_logprobs_json", "prompt_logprob_rows", "prompt_logprobs", "token_text"]
+           "generate_logprobs_json", "prompt_logprob_rows", "prompt_logprobs", "same_id",
+           "token_text"]
 
 T = TypeVar("T")
 
@@ -48,7 +49,9 @@ def token_text(tokenizer: Tokenizer, token_id: int) -> str:
 IdMap = Callable[[int], int | None]
 
 
-def _same(token_id: int) -> int | None:
+def same_id(token_id: int) -> int | None:
+    """The model's own id (no translation): the one `IdMap` the bulk writers' fast path
+    recognises (by identity)."""
     return token_id
 
 
@@ -61,7 +64,7 @@ def _entry(tokenizer: Tokenizer, token_id: int, logprob: float, as_ids: bool,
 
 
 def chat_logprobs(tokenizer: Tokenizer, events: Sequence[TokenEvent], *,
-                  as_ids: bool = False, ids: IdMap = _same) -> list[TokenLogprob]:
+                  as_ids: bool = False, ids: IdMap = same_id) -> list[TokenLogprob]:
     """`as_ids`: vLLM's `return_tokens_as_token_ids`, every `token` spelled `token_id:<id>`.
     Entries are the model's tokens (what it scored); `ids` says which id each shows (under
     `tokenizer_fallback: "translate"`, the client version's, omitted where it has none)."""
@@ -131,13 +134,13 @@ def _heads(tokenizer: Tokenizer, as_ids: bool) -> _Heads:
 
 
 def chat_logprobs_json(tokenizer: Tokenizer, events: Sequence[TokenEvent], *,
-                       as_ids: bool = False, ids: IdMap = _same) -> RawJSON:
+                       as_ids: bool = False, ids: IdMap = same_id) -> RawJSON:
     """`chat_logprobs` written as JSON in bulk: the same entries (tests/serving/
     test_bulk_logprobs.py holds them to the models), no model per entry."""
     if events:
         record("decode", "logprobs")
     heads = _heads(tokenizer, as_ids)
-    if isinstance(events, TokenRun) and events.logprobs is not None and ids is _same \
+    if isinstance(events, TokenRun) and events.logprobs is not None and ids is same_id \
             and events.top_starts == array("q", range(len(events) + 1)) \
             and all(map(math.isfinite, events.logprobs)) \
             and all(map(math.isfinite, events.top_logprobs or ())):
@@ -181,7 +184,7 @@ class LegacyLogprobs:
     start of the choice's text (a token that begins inside a character gets that character's
     offset)."""
 
-    def __init__(self, tokenizer: Tokenizer, ids: IdMap = _same):
+    def __init__(self, tokenizer: Tokenizer, ids: IdMap = same_id):
         self._tok = tokenizer
         self._ids = ids
         self._chars = 0

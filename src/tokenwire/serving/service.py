@@ -22,7 +22,7 @@ from ..tokenizers.registry import TokenizerRegistry
 from ..tokenizers.translate import Translator, translator
 from .generation import ChoiceResult, Choices, Family, Stream, Totals, collect
 from .guard import Guard
-from .logprobs import IdMap
+from .logprobs import IdMap, same_id
 from .models import ModelRegistry, ServedModel
 from .tokens import TokenSpace, resolve_token_space
 
@@ -132,7 +132,7 @@ class Plan:
     def logprob_ids(self) -> IdMap:
         """The id each logprob entry shows: the model's own, or under translate the client
         version's one id for the entry's bytes (None where it has none)."""
-        return self._translator().token_id if self.space.translate else _same_id
+        return self._translator().token_id if self.space.translate else same_id
 
     def _translator(self) -> Translator:
         return translator(self.space.model.tokenizer, self.space.client.tokenizer)
@@ -158,10 +158,6 @@ class Plan:
         if self.space.translate:
             return "translated"
         return self.model.engine.info.token_ids_source
-
-
-def _same_id(token_id: int) -> int | None:
-    return token_id
 
 
 class OutIds:
