@@ -195,6 +195,8 @@ def main() -> None:
     ap.add_argument("--whole-levels", type=int, nargs="*", default=None,
                     help="levels for whole rollouts (default: --levels up to 2,048: each is "
                     "n upstream connections through tokenwire; none: streams only)")
+    ap.add_argument("--stream-levels", type=int, nargs="*", default=None,
+                    help="levels for streams (default: --levels; none: whole rollouts only)")
     ap.add_argument("--contenders", nargs="+", default=CONTENDERS)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--tick-ms", type=float, default=30.0)
@@ -246,7 +248,8 @@ def main() -> None:
                     continue
                 servers[name] = srv
             names = ["stub direct", *servers]
-            for kind, levels in (("whole", whole_levels), ("stream", args.levels)):
+            stream_levels = args.levels if args.stream_levels is None else args.stream_levels
+            for kind, levels in (("whole", whole_levels), ("stream", stream_levels)):
                 for level in levels:
                     streams = level * (n if kind == "whole" else 1)
                     tick = args.tick_ms / 1000 if kind == "whole" \
