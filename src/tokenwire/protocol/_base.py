@@ -150,8 +150,9 @@ M = TypeVar("M")
 
 class PackedIds:
     """Ids as base64 of little-endian int32, where a list of ids would be: what a client that
-    asked for `encoding_format: "base64"` reads (OpenAI's embeddings' idea), a quarter or less
-    of the JSON's bytes and no number to parse per id."""
+    asked for `encoding_format: "base64"` reads (OpenAI's embeddings' idea). 5⅓ bytes an id
+    whatever its digits, so not fewer bytes than the list for the low ids text is mostly made
+    of, but no number to parse per id (docs/api.md, measured)."""
 
     __slots__ = ("text",)
 
