@@ -25,6 +25,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import httpx  # noqa: E402
+
 from bench._servers import Server, clean_env, free_port  # noqa: E402
 from bench._workloads import single  # noqa: E402
 from bench.compare import (  # noqa: E402
@@ -36,8 +38,6 @@ from bench.compare import (  # noqa: E402
     machine,
 )
 from tokenwire.config import default_model_path  # noqa: E402
-
-import httpx  # noqa: E402
 
 
 async def run(servers: list[Server], rounds: int, tokens: int) -> dict[str, list[dict[str, Any]]]:

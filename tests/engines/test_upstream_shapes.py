@@ -318,12 +318,16 @@ def test_whole_answers_come_from_vllm_in_one_body(tok, gguf_info, model_path,  #
 async def test_vllm_logprobs_in_both_spellings(tok, gguf_info, model_path) -> None:  # type: ignore[no-untyped-def]
     new = shape("vllm", "generate_response_nonstream_logprobs_v034")  # token_id, 0.32+
     old = shape("vllm", "generate_response_nonstream_v011_v024")  # "token_id:N", <= 0.31
-    for body, want in [(new, [(3869, -0.105, ((3869, -0.105), (1576, -2.61))),
-                              (29892, -1.92, ((29889, -0.45), (322, -1.5)))]),
-                       (old, [(3869, -0.105, ((3869, -0.105), (1576, -2.61)))])]:
+    for k, body, want in [
+            (2, new, [(3869, -0.105, ((3869, -0.105), (1576, -2.61))),
+                      (29892, -1.92, ((29889, -0.45), (322, -1.5)))]),
+            (2, old, [(3869, -0.105, ((3869, -0.105), (1576, -2.61)))]),
+            # top 1 (an RL rollout's): the whole body's bulk path, both spellings
+            (1, new, [(3869, -0.105, ((3869, -0.105),)), (29892, -1.92, ((29889, -0.45),))]),
+            (1, old, [(3869, -0.105, ((3869, -0.105),))])]:
         up = Upstream(tok, vllm_routes(lambda r, b=body: reply(200, b)))
         async with engine("vllm", up, gguf_info, model_path) as eng:
-            events = await run(eng, [1, 2], logprobs=2)
+            events = await run(eng, [1, 2], logprobs=k)
         *tokens, finish = events
         assert finish == FinishEvent("length")
         assert [(t.token_id, t.logprob, t.top_logprobs) for t in tokens] == want

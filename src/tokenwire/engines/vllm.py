@@ -216,6 +216,14 @@ class _Decoder(ChunkDecoder):
         content = lp.content
         if content is None or len(content) != len(ids):
             return None  # legacy completions' parallel lists, or logprobs for some ids only
+        if k == 1:  # the common RL case (top 1), every entry with its candidates' ids
+            tops = [e.top_logprobs or [] for e in content]
+            if all(tops) and all(c.token_id is not None for cs in tops for c in cs):
+                picked = [cs[0] if len(cs) == 1 else max(cs, key=_LOGPROB) for cs in tops]
+                return TokenRun(array("q", ids), array("d", [e.logprob for e in content]),
+                                array("q", [c.token_id for c in picked]),
+                                array("d", [c.logprob for c in picked]),
+                                array("q", range(len(content) + 1)))
         starts = array("q", [0])
         top_ids: array[int] = array("q")
         top_lps: array[float] = array("d")
