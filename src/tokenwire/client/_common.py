@@ -109,22 +109,40 @@ def search_body(query: str | Sequence[int], tokenizer_version: str | None,
     return {**body, "limit": limit}
 
 
-def _pack(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: PackedIds(v).text if k == "token_ids" and isinstance(v, list) else _pack(v)
-                for k, v in value.items()}
-    if isinstance(value, list):
-        return [_pack(v) for v in value]
-    return value
+def _packed(ids: Any) -> Any:
+    """A list of ids as base64; anything else as it was (the server says what is wrong)."""
+    if isinstance(ids, list) and all(type(t) is int and 0 <= t < 2**31 for t in ids):
+        return PackedIds(ids).text
+    return ids
+
+
+def _pack_message(m: Any) -> Any:
+    """A message with an assistant's `token_ids` and its `input_tokens` blocks packed (nothing
+    else: a tool's schema may hold a `token_ids` of its own)."""
+    if not isinstance(m, dict):
+        return m
+    out = dict(m)
+    if "token_ids" in out:
+        out["token_ids"] = _packed(out["token_ids"])
+    if "content" in out:
+        content = out["content"]
+        blocks = content if isinstance(content, list) else [content]
+        packed = [{**b, "token_ids": _packed(b["token_ids"])}
+                  if isinstance(b, dict) and b.get("type") in ("input_tokens", "token_ids")
+                  and "token_ids" in b else b for b in blocks]
+        out["content"] = packed if isinstance(content, list) else packed[0]
+    return out
 
 
 def compact_body(body: dict[str, Any], ids_key: str | None = None) -> dict[str, Any]:
-    """`body` with the ids it sends as base64 of int32 (every `token_ids`; `ids_key`: a
-    top-level list of ids under another name) and its answer's asked for so
-    (`encoding_format`): the client reads either into the same lists."""
-    out: dict[str, Any] = _pack(body)
-    if ids_key is not None and isinstance(out.get(ids_key), list):
-        out[ids_key] = PackedIds(out[ids_key]).text
+    """`body` with the ids its messages send as base64 of int32 (`ids_key`: a top-level list
+    of ids, detokenize's `tokens`) and its answer's asked for so (`encoding_format`): the
+    client reads either into the same lists."""
+    out = dict(body)
+    if isinstance(out.get("messages"), list):
+        out["messages"] = [_pack_message(m) for m in out["messages"]]
+    if ids_key is not None and ids_key in out:
+        out[ids_key] = _packed(out[ids_key])
     out.setdefault("encoding_format", "base64")
     return out
 

@@ -96,7 +96,13 @@ class LlamaModel:
             self._threads.close()
             L.llama_model_free(self.model)
             raise RuntimeError("llama.cpp could not create a context")
-        _attach_threadpool(self.ctx, self._threads.handle, self._threads.handle)
+        try:
+            _attach_threadpool(self.ctx, self._threads.handle, self._threads.handle)
+        except Exception:
+            L.llama_free(self.ctx)
+            self._threads.close()
+            L.llama_model_free(self.model)
+            raise
         self.n_ctx_seq = L.llama_n_ctx_seq(self.ctx)
         self.n_batch = n_batch
         self.memory = L.llama_get_memory(self.ctx)

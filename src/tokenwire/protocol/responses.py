@@ -551,7 +551,7 @@ class ReasoningDeltaEvent(_Event):
     output_index: int
     content_index: int = 0
     delta: str
-    token_ids: list[int] | None = None
+    token_ids: Ids | None = None
     """`output.token_ids`: the ids of this delta (a marker's: with `delta` "")."""
 
 

@@ -50,13 +50,13 @@ class SSEResponse(StreamingResponse):
             while True:
                 try:
                     ev = await it.__anext__()
+                    if packed:
+                        ev = pack_ids(ev)
                 except StopAsyncIteration:
                     break
                 except Exception as exc:  # noqa: BLE001 - the stream ends in its API's shape
                     held.append(_error_frame(exc, typed))
                     break
-                if packed:
-                    ev = pack_ids(ev)
                 if typed:
                     held.append(b"event: " + ev.type.encode() + b"\ndata: "
                                 + ev.json_bytes() + b"\n\n")
