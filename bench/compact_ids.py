@@ -11,7 +11,8 @@ current models' vocabularies are 128-262k). Per id, best of `--repeat`:
   decoded into an `array`), and tokenwire's client model (`model_validate_json`, ids as a list
   either way).
 
-    .venv/bin/python bench/compact_ids.py [--ids 1024 --n 8] [--json docs/compact_ids.json]
+    make bench BENCH="compact_ids --json docs/compact_ids.json"   # or, with
+    TOKENWIRE_LLAMA_CPP_MODELS set: .venv/bin/python bench/compact_ids.py [--ids 1024 --n 8]
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import os
 import sys
-import time
 from array import array
 from collections.abc import Callable
 from pathlib import Path
@@ -31,22 +32,13 @@ import orjson
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.serializers import per_token  # noqa: E402
 from tokenwire.config import default_model_path  # noqa: E402
 from tokenwire.protocol._base import pack_ids  # noqa: E402
 from tokenwire.protocol.generate import GenerateChoice, GenerateResponse  # noqa: E402
 from tokenwire.tokenizers.gguf import tokenizer_from_gguf  # noqa: E402
 
-QWEN2 = Path.home() / ".cache/tokenwire/llama.cpp-models-0.3.36/ggml-vocab-qwen2.gguf"
-
-
-def best(f: Callable[[], Any], per: int, repeat: int) -> float:
-    """Microseconds per id, best of `repeat`."""
-    out = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        f()
-        out = min(out, time.perf_counter() - t0)
-    return out / per * 1e6
+QWEN2 = "ggml-vocab-qwen2.gguf"  # in llama.cpp's vocabulary files (`make bench` names them)
 
 
 def measure(name: str, ids: list[int], n: int, length: int, repeat: int) -> dict[str, Any]:
@@ -65,21 +57,19 @@ def measure(name: str, ids: list[int], n: int, length: int, repeat: int) -> dict
 
     assert GenerateResponse.model_validate_json(as_b64).choices == \
         GenerateResponse.model_validate_json(as_list).choices
+    def us(f: Callable[[], Any]) -> float:
+        return round(per_token(f, total, repeat), 4)
+
     return {
         "vocabulary": name, "ids": total,
         "bytes_per_id": {"list": round(len(as_list) / total, 2),
                          "base64": round(len(as_b64) / total, 2)},
-        "write_us_per_id": {"list": round(best(resp.json_bytes, total, repeat), 4),
-                            "base64": round(best(lambda: pack_ids(resp).json_bytes(), total,
-                                                 repeat), 4)},
-        "read_raw_us_per_id": {"list": round(best(lambda: orjson.loads(as_list), total,
-                                                  repeat), 4),
-                               "base64": round(best(raw_b64, total, repeat), 4)},
+        "write_us_per_id": {"list": us(resp.json_bytes),
+                            "base64": us(lambda: pack_ids(resp).json_bytes())},
+        "read_raw_us_per_id": {"list": us(lambda: orjson.loads(as_list)), "base64": us(raw_b64)},
         "read_model_us_per_id": {
-            "list": round(best(lambda: GenerateResponse.model_validate_json(as_list), total,
-                               repeat), 4),
-            "base64": round(best(lambda: GenerateResponse.model_validate_json(as_b64), total,
-                                 repeat), 4)},
+            "list": us(lambda: GenerateResponse.model_validate_json(as_list)),
+            "base64": us(lambda: GenerateResponse.model_validate_json(as_b64))},
     }
 
 
@@ -94,7 +84,11 @@ def main() -> None:
     text = "\n".join(p.read_text() for p in sorted((ROOT / "docs").glob("*.md")))
     need = (args.n + 1) * args.ids
     rows = []
-    for name, path in (("SmolLM2 49k", default_model_path()), ("Qwen2 151k", QWEN2)):
+    models = Path(os.environ.get("TOKENWIRE_LLAMA_CPP_MODELS", "")).expanduser()
+    if not (models / QWEN2).is_file():
+        sys.exit("TOKENWIRE_LLAMA_CPP_MODELS names no folder of llama.cpp's vocabulary files "
+                 "(`make bench BENCH=compact_ids` sets it)")
+    for name, path in (("SmolLM2 49k", default_model_path()), ("Qwen2 151k", models / QWEN2)):
         ids = tokenizer_from_gguf(path).tokenizer.encode(text)
         assert len(ids) >= need, f"{len(ids)} ids of text, {need} wanted"
         rows.append(measure(name, ids, args.n, args.ids, args.repeat))

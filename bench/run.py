@@ -20,10 +20,11 @@ HERE = Path(__file__).parent
 MAIN = "compare"
 BENCHES = [MAIN, "canonical", "gateway", "gateways", "sweep", "serializers", "affinity", "load",
            "prefix_cache", "recovery", "translate", "deterministic", "structured", "conversation",
-           "vocab", "reasoning"]
+           "vocab", "reasoning", "compact_ids", "one_stream"]
 # `all`: the ones that start their own servers (prefix_cache needs one running: `make serve`)
 ALL = [MAIN, "canonical", "gateway", "gateways", "sweep", "affinity", "load", "recovery",
-       "translate", "structured", "conversation", "vocab", "reasoning"]
+       "translate", "structured", "conversation", "vocab", "reasoning", "compact_ids",
+       "one_stream"]
 
 
 def parse(argv: list[str]) -> list[tuple[str, list[str]]]:
