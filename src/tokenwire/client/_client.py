@@ -87,7 +87,7 @@ class Client(_Base):
                  timeout: float = 600.0, cache_dir: Path | None = None,
                  http_client: httpx.Client | None = None, compact_ids: bool = False):
         """`compact_ids`: ids go both ways as base64 of int32 (`encoding_format: "base64"`),
-        read into the same lists: a quarter of the bytes or less, no number parsed per id."""
+        read into the same lists: no number parsed per id (not fewer bytes: docs/api.md)."""
         super().__init__(cache_dir, compact_ids)
         self._http = http_client or httpx.Client(base_url=base_url, timeout=timeout,
                                                  headers=_headers(api_key))

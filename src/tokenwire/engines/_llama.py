@@ -86,27 +86,21 @@ class LlamaModel:
         if count_ubatches:
             self._eval_cb = _ubatch_counter(self)
             cparams.cb_eval = self._eval_cb
+        self.ctx = None
+        self._adapters: list[L.llama_adapter_lora_p] = []
+        self._threads: Threadpool | None = None
         try:
             self._threads = Threadpool(threads)
-        except Exception:
-            L.llama_model_free(self.model)
-            raise
-        self.ctx = L.llama_init_from_model(self.model, cparams)
-        if not self.ctx:
-            self._threads.close()
-            L.llama_model_free(self.model)
-            raise RuntimeError("llama.cpp could not create a context")
-        try:
+            self.ctx = L.llama_init_from_model(self.model, cparams)
+            if not self.ctx:
+                raise RuntimeError("llama.cpp could not create a context")
             _attach_threadpool(self.ctx, self._threads.handle, self._threads.handle)
         except Exception:
-            L.llama_free(self.ctx)
-            self._threads.close()
-            L.llama_model_free(self.model)
+            self.close()  # what was made, in close's order
             raise
         self.n_ctx_seq = L.llama_n_ctx_seq(self.ctx)
         self.n_batch = n_batch
         self.memory = L.llama_get_memory(self.ctx)
-        self._adapters: list[L.llama_adapter_lora_p] = []
 
     def set_lora(self, adapters: Sequence[tuple[str | Path, float]]) -> None:
         """Serve the model with these LoRA adapters (GGUF files, each with its scale) instead
@@ -206,7 +200,8 @@ class LlamaModel:
         if self.ctx:
             L.llama_free(self.ctx)
             self.ctx = None
-        self._threads.close()  # after the context that uses it
+        if self._threads is not None:
+            self._threads.close()  # after the context that uses it
         for p in self._adapters:  # after the context that uses them, before their model
             L.llama_adapter_lora_free(p)
         self._adapters = []
