@@ -82,6 +82,13 @@ def load_cpu_backend(variant: str | None = None) -> CpuBackend:
     return _loaded[0]
 
 
+def _registry(lib_dir: Path) -> ctypes.CDLL:
+    """The copy of libggml libllama links (a wheel holds libggml.so and libggml.so.0 as two
+    files, so two backend registries: llama.cpp reads the one of libggml.so.0)."""
+    registry = lib_dir / "libggml.so.0"
+    return ctypes.CDLL(str(registry if registry.exists() else lib_dir / "libggml.so"))
+
+
 def _load(variant: str | None) -> CpuBackend:
     found = variants()
     cpu = cpu_model()
@@ -106,12 +113,7 @@ def _load(variant: str | None) -> CpuBackend:
                              f"({', '.join(found)})")
     import llama_cpp  # noqa: F401 - libllama first: it loads libggml.so.0 beside itself
 
-    # the copy of libggml libllama links (a wheel holds libggml.so and libggml.so.0 as two
-    # files, so two registries: llama.cpp reads the one of libggml.so.0)
-    lib_dir = next(iter(found.values())).parent
-    registry = lib_dir / "libggml.so.0"
-    load = ctypes.CDLL(str(registry if registry.exists() else lib_dir / "libggml.so")) \
-        .ggml_backend_load
+    load = _registry(next(iter(found.values())).parent).ggml_backend_load
     load.argtypes = [ctypes.c_char_p]
     load.restype = ctypes.c_void_p
     if not load(str(found[chosen]).encode()):
@@ -127,9 +129,7 @@ class Threadpool:
 
     def __init__(self, n_threads: int):
         load_cpu_backend()
-        lib_dir = _lib_dir()
-        registry = lib_dir / "libggml.so.0"
-        ggml = ctypes.CDLL(str(registry if registry.exists() else lib_dir / "libggml.so"))
+        ggml = _registry(_lib_dir())
         ggml.ggml_backend_dev_by_type.argtypes = [ctypes.c_int]
         ggml.ggml_backend_dev_by_type.restype = ctypes.c_void_p
         ggml.ggml_backend_dev_backend_reg.argtypes = [ctypes.c_void_p]
