@@ -1,4 +1,5 @@
-"""Give the C heap's free pages back to the system.
+"""The server's heap: the C heap's free pages given back to the system, and the objects made at
+start kept out of the garbage collector's way.
 
 Loading a model parses its tokenizer (a GGUF's vocabulary and merges as Python objects, a
 tokenizer.json twice over) and throws most of it away; glibc keeps those freed pages mapped, so
@@ -11,7 +12,7 @@ import ctypes
 import ctypes.util
 import gc
 
-__all__ = ["trim_heap"]
+__all__ = ["freeze_heap", "thaw_heap", "trim_heap"]
 
 
 def _libc() -> ctypes.CDLL | None:
@@ -32,3 +33,18 @@ def trim_heap() -> None:
     gc.collect()
     if _LIBC is not None:
         _LIBC.malloc_trim(0)
+
+
+def freeze_heap() -> None:
+    """Move every object alive now (modules, registries, tokenizers: what start made) out of the
+    collector's generations, as vLLM's server does after start (`freeze_gc_heap`): otherwise
+    each full collection walks them again, on the event loop, and under a burst of whole
+    answers those walks took up to 136 ms each (57 ms frozen; docs/hot-path.md). Call it
+    right after `trim_heap`, whose collection leaves only live objects to freeze."""
+    gc.freeze()
+
+
+def thaw_heap() -> None:
+    """Give the frozen objects back to the collector (at the app's end: what it held may now
+    be garbage, and a process that starts another app must be able to free it)."""
+    gc.unfreeze()

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 
-from .._heap import trim_heap
+from .._heap import freeze_heap, thaw_heap, trim_heap
 from ..config import LOOPBACK_HOSTS, Settings
 from ..errors import SetupError
 from ..metrics import Metrics
@@ -79,6 +79,7 @@ def create_app(settings: Settings | None = None, *, models: ModelRegistry | None
         for m in models.all():
             await m.engine.start()
         trim_heap()
+        freeze_heap()
         watch = asyncio.create_task(upkeep(metrics))
         refresh = asyncio.create_task(_refresh(metrics)) if metrics.shared else None
         days = settings.storage_retention_days
@@ -101,6 +102,7 @@ def create_app(settings: Settings | None = None, *, models: ModelRegistry | None
                 await m.engine.aclose()
             if store is not None:
                 await store.aclose()
+            thaw_heap()
 
     served = [*routes, *record_routes, *docs_routes, *inspector_routes, *control_routes]
     app = Starlette(
