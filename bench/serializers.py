@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.upstreams import hf_model_dir  # noqa: E402
 
 from tokenwire.engines.base import SamplingParams  # noqa: E402
-from tokenwire.engines.vllm import _WHOLE, _Decoder  # noqa: E402
+from tokenwire.engines.vllm import _WHOLE, _VllmDecoder  # noqa: E402
 from tokenwire.protocol.chat import ChoiceLogprobs  # noqa: E402
 from tokenwire.serving.logprobs import chat_logprobs, chat_logprobs_json, token_text  # noqa: E402
 from tokenwire.tokenizers.source import load_tokenizer  # noqa: E402
@@ -68,7 +68,7 @@ def main() -> None:
     args = ap.parse_args()
     body = json.dumps(json.loads(args.recorded.read_text())["generate_whole"]).encode()
     tok = load_tokenizer(hf_model_dir()).tokenizer
-    dec = _Decoder([1], SamplingParams(max_tokens=1 << 20, logprobs=1), frozenset())
+    dec = _VllmDecoder([1], SamplingParams(max_tokens=1 << 20, logprobs=1), frozenset())
     run = dec.feed(dec.parse(body))[0]
     events = list(run)  # type: ignore[arg-type]
     n = len(events)

@@ -167,7 +167,7 @@ def measure(server: Server | None, url: str, model: str, kind: str, level: int,
     wall = time.perf_counter() - t0
     cpu = server.cpu_seconds() - cpu0 if server is not None else None
     time.sleep(settle)  # what the wave left behind, once it is over (tokenwire trims its
-    # heap after 5 s idle: server/loop.py)
+    # heap after 5 s idle: api/loop.py)
     after = server.rss() if server is not None else 0
     in_flight = level * (n if kind == "whole" else 1) * tokens
     return {

@@ -24,10 +24,10 @@ from tests.upstreams import (
     tokenwire_upstream,
     vllm_server,
 )
+from tokenwire.api.app import create_app
 from tokenwire.config import Settings, default_model_path
 from tokenwire.engines.llamacpp import LlamaCppEngine
 from tokenwire.packaged import GEMMA3_PACKAGE, gemma3_model_path
-from tokenwire.server.app import create_app
 from tokenwire.serving.loader import load_template
 from tokenwire.serving.models import ModelRegistry, ServedModel
 from tokenwire.tokenizers.gguf import tokenizer_from_gguf

@@ -63,7 +63,7 @@ def test_a_batch_must_hold_every_decoding_sequence() -> None:
 
 
 def test_seeds_are_mixed_not_truncated() -> None:
-    from tokenwire.serving.sampling import _seed32, choice_params
+    from tokenwire.serving.sampling_params import _seed32, choice_params
 
     seeds = [_seed32(s) for s in (0, 1, 2**32, 2**32 + 1, -1 % 2**64, 0xFFFFFFFF)]
     assert len(set(seeds)) == len(seeds)
@@ -242,3 +242,13 @@ def test_a_per_model_parser_that_does_not_exist_is_refused_by_name() -> None:
     with pytest.raises(pydantic.ValidationError) as exc:
         ModelSpec.parse("smollm2-135m,tool_call_parser=hemes")
     assert exc.value.errors()[0]["loc"] == ("tool_call_parser",)
+
+
+def test_the_thinking_model_is_served_under_its_short_name(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its file is `model.gguf` in a folder named by its build: an id of `model` would not
+    say which model it is."""
+    monkeypatch.setenv("TOKENWIRE_THINK_MODEL", "/cache/smollm2-think-d1486c8c3ffa/model.gguf")
+    (think,) = Settings(models=["smollm2-think"]).model_settings()
+    assert think.served_model_name == "smollm2-think"
+    assert think.model == Path("/cache/smollm2-think-d1486c8c3ffa/model.gguf")

@@ -10,7 +10,7 @@ in its own layer:
 
     __main__                            `python -m tokenwire`
     cli                                 `tokenwire serve | tokenize | ...`
-    server, rl                          HTTP app, workers, startup; RL tools (rollout export)
+    api, rl                             HTTP app, workers, startup; RL tools (rollout export)
     tokenwire                           the package root: the public surface, `__version__`
     serving, client                     one service per API family; the Python SDK
     metrics                             prometheus series
@@ -33,7 +33,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "tokenwire"
 LAYERS: tuple[frozenset[str], ...] = tuple(frozenset(s.split()) for s in (
     "__main__",
     "cli",
-    "server rl",
+    "api rl",
     "tokenwire",
     "serving client",
     "metrics",

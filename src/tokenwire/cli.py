@@ -50,13 +50,13 @@ def _serve(args: argparse.Namespace) -> int:
             print(f"tokenwire serve: {where + ': ' if where else ''}{err['msg']}",
                   file=sys.stderr)
         return 2
+    from .api.startup import configure_logging
     from .engines.embedded import gave_up
-    from .server.startup import configure_logging
 
     configure_logging(settings)
 
     if settings.max_workers > 1:
-        from .server.worker import supervise
+        from .api.worker import supervise
 
         code = supervise(settings, {**overrides, "workers": settings.max_workers})
     else:
@@ -76,9 +76,9 @@ async def _serve_async(settings: Settings, config: uvicorn.Config) -> int:
     event loop."""
     import uvicorn
 
+    from .api.app import create_app
+    from .api.startup import preload
     from .engines.embedded import exit_on_give_up, gave_up
-    from .server.app import create_app
-    from .server.startup import preload
 
     loaded = await preload(settings)
     if loaded is None:

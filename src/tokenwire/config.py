@@ -523,7 +523,10 @@ class Settings(BaseSettings):
         names: dict[str, str] = {}
         for spec in self.models:
             path = model_file(spec.model)
-            name = spec.name or self.served_model_name or default_model_name(path)
+            # a shipped model is named by its file; the thinking model's file is `model.gguf`
+            # in a folder named by its build, so it is served as its short name
+            named = spec.model if spec.model == THINK_MODEL else default_model_name(path)
+            name = spec.name or self.served_model_name or named
             if name in names:
                 raise ModelSourceError(f"models {names[name]!r} and {spec.model!r} are both "
                                        f"served as {name!r}: name one (--model SOURCE,name=NAME)")

@@ -11,7 +11,7 @@ from it is safe. A new metric is one attribute in `__init__` and one method here
 is not the app's own: tokenizer conversions are counted process-wide (tokenizers are shared)
 and read at each scrape.
 
-Under `--workers` (server/worker.py) the workers count into prometheus_client's multiprocess
+Under `--workers` (api/worker.py) the workers count into prometheus_client's multiprocess
 files and a scrape at any worker reads them all; values read from an engine at each scrape
 (queue gauges, conversions) are written to the files instead, by each worker once a second
 (`refresh`) and by the scraped one at the scrape.

@@ -286,7 +286,7 @@ def think_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str
                                       "smollm2-think", "--port", str(port)], port,
                   tmp / "serve.log", env={"TOKENWIRE_TOKENIZER_STORE": str(tmp / "store"),
                                           "TOKENWIRE_THINK_MODEL": str(path)}).start()
-    try:  # the model is named by its file
+    try:  # served under its short name (config.py)
         yield up.url, httpx.get(f"{up.url}/v1/models").json()["data"][0]["id"]
     finally:
         up.stop()

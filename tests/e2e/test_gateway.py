@@ -27,12 +27,12 @@ from tests.upstreams import (
     sglang_shim,
     tokenwire_upstream,
 )
+from tokenwire.api.app import create_app
 from tokenwire.config import Settings, default_model_path
 from tokenwire.engines._llama_control import content_version
 from tokenwire.engines.base import SamplingParams, TokenEvent
 from tokenwire.engines.llamacpp import LlamaCppEngine
 from tokenwire.engines.upstream.routing import PrefixRouter
-from tokenwire.server.app import create_app
 from tokenwire.tokenizers.hf import HFTokenizer
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]

@@ -15,8 +15,8 @@ import httpx
 import pytest
 
 from tests.conftest import TEST_UPSTREAM, _free_port, serve_in_process
+from tokenwire.api.app import create_app
 from tokenwire.config import Settings
-from tokenwire.server.app import create_app
 
 pytestmark = [pytest.mark.engine, pytest.mark.anyio,
               # embedded engines of their own: nothing here goes through the gateway

@@ -21,10 +21,10 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from tests.conftest import LiveServer
+from tokenwire.api.app import create_app
+from tokenwire.api.openapi import build_document
 from tokenwire.engines.base import CONTROL_OPS
 from tokenwire.protocol.control import ROLLING_UPDATE
-from tokenwire.server.app import create_app
-from tokenwire.server.openapi import build_document
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 

@@ -60,7 +60,8 @@ document. At most this many of fifty may, and as many of a gateway's ten: where 
 depends on the seed, not evenly spread (through the tokenwire upstream, 2 of seeds 0-9 when the
 ten were first run; llama-server 1, vLLM 0)."""
 UNIQUE_REFUSED = {
-    # llama.cpp's json-schema-to-grammar drops it: refused before it goes (upstream/grammar.py)
+    # llama.cpp's json-schema-to-grammar drops it: refused before it goes
+    # (engines/grammars/upstream.py)
     "llama-server": "response_format.json_schema.schema.properties.tags.uniqueItems",
     # vLLM refuses it itself (xgrammar lacks it, its llguidance fallback refuses it)
     "vllm": None,

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from tests.conftest import TEST_UPSTREAM, LiveServer, _free_port, start_server
-from tokenwire.server.app import create_app
+from tokenwire.api.app import create_app
 
 pytestmark = pytest.mark.skipif(TEST_UPSTREAM not in ("tokenwire", "vllm"),
                                 reason="a gateway in front of vLLM's API (the tokenwire and "

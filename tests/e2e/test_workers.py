@@ -1,5 +1,5 @@
 """`tokenwire serve --workers 2` in front of two real tokenwire upstreams: one port, one load,
-one scrape, and what one worker learns of the fleet the other knows (server/worker.py,
+one scrape, and what one worker learns of the fleet the other knows (api/worker.py,
 engines/upstream/board.py)."""
 
 from __future__ import annotations

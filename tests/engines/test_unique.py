@@ -1,10 +1,11 @@
-"""uniqueItems on arrays of free strings (engines/_unique.py): where it is kept, and the ban."""
+"""uniqueItems on arrays of free strings (engines/grammars/_unique.py): where it is kept, and
+the ban."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from tokenwire.engines._unique import Scanner, split_unique
+from tokenwire.engines.grammars._unique import Scanner, split_unique
 
 STRINGS = {"type": "array", "items": {"type": "string"}, "uniqueItems": True}
 

@@ -224,7 +224,7 @@ def test_vllm_sampling_masks_and_routed_experts_reach_the_client(tok, gguf_info,
     import httpx
     import numpy as np
 
-    from tokenwire.server.app import create_app
+    from tokenwire.api.app import create_app
 
     buf = io.BytesIO()
     np.save(buf, np.arange(12, dtype=np.uint8).reshape(1, 3, 4))  # (tokens-1, layers, top-k)
@@ -269,7 +269,7 @@ def test_whole_answers_come_from_vllm_in_one_body(tok, gguf_info, model_path,  #
     vLLM's events."""
     import httpx
 
-    from tokenwire.server.app import create_app
+    from tokenwire.api.app import create_app
 
     whole = shape("vllm", "generate_response_nonstream_v034")  # ids 3869 29892 306 626, EOS 2
 
@@ -603,8 +603,8 @@ async def test_grammars_go_upstream_in_each_protocols_fields(tok, gguf_info, mod
     legacy shape for lazy ones),
     SGLang: `json_schema` / `structural_tag`, llama-server: `json_schema`, and tool calls as
     `grammar` with `grammar_lazy` and `grammar_triggers` (server-task.cpp)."""
-    from tokenwire.engines.upstream.gbnf import tags_gbnf
-    from tokenwire.engines.xgrammar import structural_tag
+    from tokenwire.engines.grammars.gbnf import tags_gbnf
+    from tokenwire.engines.grammars.xgrammar import structural_tag
     from tokenwire.serving import structured
     from tokenwire.serving.toolcalls import HERMES
 

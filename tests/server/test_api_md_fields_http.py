@@ -1,6 +1,6 @@
 """docs/api.md is a reference, not a second source of truth: every request field its tables
 name exists in the request body schema `GET /openapi.json` serves for that route (the one built
-from the models the server parses requests with, server/openapi.py).
+from the models the server parses requests with, api/openapi.py).
 
 A field table is one whose first column is headed `field`. Its route is the `## METHOD /path`
 section it stands in (the staleness bounds' table: every generation route), and the table of

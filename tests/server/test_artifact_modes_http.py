@@ -33,9 +33,9 @@ from tokenizers import Tokenizer
 
 from tests.conftest import serve_in_process
 from tests.fakes import CHATML_TOOLS, GEMMA_TOOLS
+from tokenwire.api.app import create_app
 from tokenwire.config import Settings, default_model_path
 from tokenwire.packaged import gemma3_model_path
-from tokenwire.server.app import create_app
 
 pytestmark = pytest.mark.anyio
 

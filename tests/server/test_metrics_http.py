@@ -11,8 +11,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import serve_in_process
 from tests.fakes import MODEL, FakeEngine
+from tokenwire.api.routes import routes
 from tokenwire.metrics import UNMATCHED
-from tokenwire.server.routes import routes
 from tokenwire.tokenizers.hf import HFTokenizer
 
 pytestmark = pytest.mark.anyio
@@ -259,14 +259,14 @@ async def test_a_stream_on_the_real_engine_is_timed_and_its_steps_observed(
 
 async def test_the_loop_lag_is_observed_and_the_heap_trimmed_once_idle(
         client: httpx.AsyncClient) -> None:
-    """server/loop.py: a timer every 100 ms, its lateness in the histogram; the heap given
+    """api/loop.py: a timer every 100 ms, its lateness in the histogram; the heap given
     back after requests were answered and none is in flight, not while one is; what start
     made is frozen out of the collector's way (_heap.py)."""
     import asyncio
     import gc
 
+    from tokenwire.api import loop
     from tokenwire.metrics import Metrics
-    from tokenwire.server import loop
 
     assert gc.get_freeze_count() > 0
     await asyncio.sleep(0.35)  # the app's own probe ran a few times

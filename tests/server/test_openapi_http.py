@@ -17,9 +17,9 @@ from starlette.routing import Route
 
 from tests.conftest import serve_in_process
 from tests.fakes import MODEL
+from tokenwire.api.openapi import ENDPOINTS, NOT_DOCUMENTED, build_document
 from tokenwire.protocol import ChatCompletion, ChatCompletionRequest, ModelCard
 from tokenwire.protocol.generate import GenerateRequest
-from tokenwire.server.openapi import ENDPOINTS, NOT_DOCUMENTED, build_document
 
 pytestmark = pytest.mark.anyio
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from starlette.requests import Request
 
-from tokenwire.server.routes import _ClientGone, _unless_disconnected
+from tokenwire.api.routes import _ClientGone, _unless_disconnected
 
 pytestmark = pytest.mark.anyio
 

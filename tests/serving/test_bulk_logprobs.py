@@ -13,7 +13,7 @@ import orjson
 import pytest
 
 from tokenwire.engines.base import SamplingParams, TokenEvent, TokenRun, join_events
-from tokenwire.engines.vllm import _Decoder
+from tokenwire.engines.vllm import _VllmDecoder
 from tokenwire.protocol._base import RawJSON
 from tokenwire.protocol.chat import (
     ChatChoice,
@@ -157,15 +157,15 @@ def test_a_whole_vllm_body_is_the_same_tokens_by_either_path(k: int | None) -> N
     """The run (msgspec, arrays) and the per-token events (dicts) of one body agree."""
     body = _body(64, k or 0, seed=5)
     params = SamplingParams(max_tokens=64, logprobs=k)
-    fast = _Decoder([1, 2], params, frozenset())
+    fast = _VllmDecoder([1, 2], params, frozenset())
     events = fast.feed(fast.parse(body))
     assert isinstance(events[0], TokenRun) and len(events[0]) == 64
-    slow = _Decoder([1, 2], params, frozenset())
+    slow = _VllmDecoder([1, 2], params, frozenset())
     chunk = json.loads(body)
     expected = slow._tokens(chunk["choices"][0]["token_ids"], chunk["choices"][0]["logprobs"])
     assert list(events[0]) == expected
     # a stream's chunk of several tokens: the same tokens, an event each, as they came
-    again = _Decoder([1, 2], params, frozenset())
+    again = _VllmDecoder([1, 2], params, frozenset())
     assert again.feed(json.loads(body))[:64] == expected
 
 
@@ -173,7 +173,7 @@ def test_a_whole_body_that_ends_on_a_stop_id_keeps_it_out_of_the_run() -> None:
     body = json.loads(_body(8, 1, seed=2))
     body["choices"][0]["finish_reason"] = "stop"
     stop = body["choices"][0]["token_ids"][-1]
-    dec = _Decoder([1], SamplingParams(max_tokens=8, logprobs=1), frozenset({stop}))
+    dec = _VllmDecoder([1], SamplingParams(max_tokens=8, logprobs=1), frozenset({stop}))
     run, finish = dec.feed(dec.parse(json.dumps(body).encode())) + dec.end()
     assert isinstance(run, TokenRun) and len(run) == 7
     assert finish.stop_token is not None and finish.stop_token.token_id == stop  # type: ignore[union-attr]
@@ -181,7 +181,7 @@ def test_a_whole_body_that_ends_on_a_stop_id_keeps_it_out_of_the_run() -> None:
 
 
 def test_an_error_body_is_read_as_before() -> None:
-    dec = _Decoder([1], SamplingParams(max_tokens=8), frozenset())
+    dec = _VllmDecoder([1], SamplingParams(max_tokens=8), frozenset())
     err = (SHAPES / "error_response_generic.json").read_bytes()
     assert dec.parse(err) == json.loads(err)
     assert dec.parse(b"<html>bad gateway</html>")["error"]["message"].startswith("<html>")

@@ -11,17 +11,17 @@ from typing import Any
 
 import pytest
 
-from tokenwire.engines._guide import Guides, lark_of
 from tokenwire.engines.base import Grammar, SamplingParams, Thought
-from tokenwire.engines.llamacpp import LlamaCppEngine
-from tokenwire.engines.upstream.gbnf import tags_gbnf
-from tokenwire.engines.upstream.grammar import (
+from tokenwire.engines.grammars.gbnf import tags_gbnf
+from tokenwire.engines.grammars.guide import Guides, lark_of
+from tokenwire.engines.grammars.upstream import (
     check_schema,
     llama_server_drops,
     vllm_drops,
     xgrammar_drops,
 )
-from tokenwire.engines.xgrammar import structural_tag
+from tokenwire.engines.grammars.xgrammar import structural_tag
+from tokenwire.engines.llamacpp import LlamaCppEngine
 from tokenwire.errors import InvalidRequestError, UnsupportedParameterError
 from tokenwire.serving import structured
 from tokenwire.serving.toolcalls import HERMES
@@ -263,7 +263,7 @@ def test_what_vllm_would_take_and_drop_is_refused_by_name() -> None:
 
 
 def test_an_upstreams_field_is_renamed_to_the_clients() -> None:
-    from tokenwire.engines.upstream.grammar import client_param
+    from tokenwire.engines.grammars.upstream import client_param
     doc = structured.schema({"type": "object"}, "response_format.json_schema.schema")
     assert client_param("sampling_params.structured_outputs.json.properties.a.not", doc) == \
         "response_format.json_schema.schema.properties.a.not"

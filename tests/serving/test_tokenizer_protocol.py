@@ -11,8 +11,8 @@ import pytest
 
 from tests.conftest import serve_in_process
 from tests.fakes import MODEL, FakeEngine
+from tokenwire.api.app import create_app
 from tokenwire.config import Settings
-from tokenwire.server.app import create_app
 from tokenwire.serving.models import ModelRegistry, ServedModel
 from tokenwire.serving.template import ChatTemplate
 from tokenwire.tokenizers.base import Tokenizer

@@ -14,7 +14,7 @@ against that server built from them (docs/engines.md). Its conventions, translat
   chunk: the finish event's `cached_tokens`;
 - a JSON schema goes as `json_schema` (llama-server converts it; what its converter would drop
   is refused by name first), a client's grammar as `grammar` (GBNF), tool calls as GBNF
-  (upstream/gbnf.py), a lazy one with `grammar_lazy` and `grammar_triggers`
+  (engines/grammars/gbnf.py), a lazy one with `grammar_lazy` and `grammar_triggers`
   (`{"type": 1, "value": word}`, type 1 being COMMON_GRAMMAR_TRIGGER_TYPE_WORD);
 - fields whose llama-server meaning differs are refused by name: penalties (it counts the
   prompt too; OpenAI's count the output only), `ignore_eos` (it bans EOG ids instead of
@@ -36,6 +36,8 @@ from typing import Any
 
 from ..errors import ContextLengthExceededError, TokenwireError, UnsupportedParameterError
 from .base import EngineEvent, EngineInfo, FinishEvent, SamplingParams, TokenEvent
+from .grammars.gbnf import tags_gbnf
+from .grammars.upstream import check_schema, llama_server_drops
 from .upstream import (
     ChunkDecoder,
     Replica,
@@ -44,13 +46,11 @@ from .upstream import (
     UpstreamStatusError,
     upstream_error,
 )
-from .upstream.gbnf import tags_gbnf
-from .upstream.grammar import check_schema, llama_server_drops
 
 __all__ = ["LlamaServerEngine"]
 
 
-class _Decoder(ChunkDecoder):
+class _LlamaServerDecoder(ChunkDecoder):
     def __init__(self, params: SamplingParams, stops: frozenset[int]):
         self._params = params
         self._stops = stops
@@ -180,4 +180,4 @@ class LlamaServerEngine(UpstreamEngine):
 
     def decoder(self, replica: Replica, prompt: Sequence[int],
                 params: SamplingParams) -> ChunkDecoder:
-        return _Decoder(params, params.stops(self.info.eog_ids))
+        return _LlamaServerDecoder(params, params.stops(self.info.eog_ids))

@@ -39,7 +39,6 @@ from ..errors import (
 from ..tokenizers.hf import HFTokenizer
 from ..tokenizers.probe import TokenizerParityError, first_mismatch
 from ._events import QueuedEvents
-from ._guide import Guide, GuideError, Guides
 from ._llama import (
     Batch,
     LlamaModel,
@@ -65,6 +64,7 @@ from .base import (
     WeightSpan,
     check_prompt,
 )
+from .grammars.guide import Guide, GuideError, Guides
 from .versions import VersionOrder, WeightBound
 
 __all__ = ["LlamaCppEngine"]

@@ -46,9 +46,9 @@ from .base import (
     TokenEvent,
     WeightSpan,
 )
+from .grammars.upstream import check_schema, xgrammar_drops
+from .grammars.xgrammar import structural_tag
 from .upstream import ChunkDecoder, Replica, UpstreamEngine, UpstreamInfo
-from .upstream.grammar import check_schema, xgrammar_drops
-from .xgrammar import structural_tag
 
 __all__ = ["SGLangEngine"]
 
@@ -61,7 +61,7 @@ def _top(rows: Any, k: int) -> tuple[tuple[int, float], ...]:
     return tuple(sorted(cands, key=lambda e: -e[1])[:k])
 
 
-class _Decoder(ChunkDecoder):
+class _SglangDecoder(ChunkDecoder):
     def __init__(self, prompt: Sequence[int], params: SamplingParams, stops: frozenset[int]):
         self._prompt = prompt
         self._params = params
@@ -295,4 +295,4 @@ class SGLangEngine(UpstreamEngine):
 
     def decoder(self, replica: Replica, prompt: Sequence[int],
                 params: SamplingParams) -> ChunkDecoder:
-        return _Decoder(prompt, params, params.stops(self.info.eog_ids))
+        return _SglangDecoder(prompt, params, params.stops(self.info.eog_ids))

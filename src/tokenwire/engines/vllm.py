@@ -52,9 +52,9 @@ from .base import (
     TokenRun,
     WeightSpan,
 )
+from .grammars.upstream import check_schema, vllm_drops
+from .grammars.xgrammar import structural_tag
 from .upstream import ChunkDecoder, Replica, UpstreamEngine, UpstreamInfo
-from .upstream.grammar import check_schema, vllm_drops
-from .xgrammar import structural_tag
 
 __all__ = ["VllmEngine"]
 
@@ -123,7 +123,7 @@ def _top(cands: Sequence[tuple[int | None, float]], k: int) -> tuple[tuple[int, 
     return tuple(sorted(best.items(), key=lambda e: -e[1])[:k])
 
 
-class _Decoder(ChunkDecoder):
+class _VllmDecoder(ChunkDecoder):
     """One response of either API: a stream's chunks, or one whole body."""
 
     def __init__(self, prompt: Sequence[int], params: SamplingParams, stops: frozenset[int]):
@@ -387,4 +387,4 @@ class VllmEngine(UpstreamEngine):
 
     def decoder(self, replica: Replica, prompt: Sequence[int],
                 params: SamplingParams) -> ChunkDecoder:
-        return _Decoder(prompt, params, params.stops(self.info.eog_ids))
+        return _VllmDecoder(prompt, params, params.stops(self.info.eog_ids))

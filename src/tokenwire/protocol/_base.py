@@ -133,7 +133,7 @@ def _raw(value: RawJSON, info: core_schema.SerializationInfo) -> Any:
 
 class Frame:
     """An event already written as JSON (a plain chat chunk: its text between the bytes a
-    model wrote once for the stream), where a wire model would be (server/sse.py)."""
+    model wrote once for the stream), where a wire model would be (api/sse.py)."""
 
     __slots__ = ("data",)
 

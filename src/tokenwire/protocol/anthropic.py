@@ -58,7 +58,7 @@ __all__ = [
 
 # -- request ----------------------------------------------------------------------------------
 
-# Union tags start with "~" so that error locations can drop them (see server/validation.py).
+# Union tags start with "~" so that error locations can drop them (see api/validation.py).
 
 
 def _content_tag(v: Any) -> str | None:

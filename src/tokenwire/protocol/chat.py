@@ -86,7 +86,7 @@ def _content_tag(v: Any) -> str | None:
     return None
 
 
-# Tags start with "~" so that error locations can drop them (see server/validation.py).
+# Tags start with "~" so that error locations can drop them (see api/validation.py).
 ContentBlock = Annotated[
     Annotated[TextBlock, Tag("~text")] | Annotated[InputTokensBlock, Tag("~input_tokens")]
     | Annotated[InputDocumentBlock, Tag("~input_document")],

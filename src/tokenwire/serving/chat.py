@@ -18,7 +18,7 @@ import orjson
 
 from ..config import Settings
 from ..engines.base import Grammar, Thought, TokenEvent
-from ..engines.xgrammar import structural_tag
+from ..engines.grammars.xgrammar import structural_tag
 from ..errors import InvalidRequestError, TokenwireError, UnsupportedParameterError
 from ..metrics import Metrics
 from ..protocol._base import Frame
@@ -46,7 +46,7 @@ from .generation import (
     Choices,
     ChoiceUpdate,
     RunningUsage,
-    Stream,
+    StreamedResponse,
     Totals,
     migration_warnings,
     run_choices,
@@ -67,7 +67,7 @@ from .models import ModelRegistry, ServedModel
 from .output import Delta
 from .prefix import PromptPrefix, continued
 from .reasoning import ReasoningFormat
-from .sampling import (
+from .sampling_params import (
     VllmParams,
     choice_params,
     completion_budget,
@@ -590,14 +590,14 @@ class ChatService(GenerationService):
         )
 
     async def stream(self, req: ChatCompletionRequest,
-                     caller: Caller = ANONYMOUS) -> Stream[ChatEvent]:
+                     caller: Caller = ANONYMOUS) -> StreamedResponse[ChatEvent]:
         plan = await self._planned(req, caller)
         choices = await self._start(plan)
 
         async def keep(whole: list[ChoiceResult], usage: Usage) -> None:
             await self._keep(plan, req, self._completion(plan, whole, usage), whole, caller)
 
-        return self._stream(plan, _Chunks(plan, keep if req.store else None), choices)
+        return self._stream(plan, _ChatChunks(plan, keep if req.store else None), choices)
 
 
 ChatEvent = ChatCompletionChunk | Frame
@@ -607,7 +607,7 @@ _MARK = "\x00tokenwire:text\x00"
 """Where a frame's text goes (no id, model or version holds it: it is NUL-delimited)."""
 
 
-class _Chunks:
+class _ChatChunks:
     """The chunks of one streamed chat response (a `Family`): each choice's role chunk, a
     chunk per update that shows something (text, tool-call pieces, ids in the client's
     version, logprobs, running usage), each choice's finishing chunk, then usage. `keep`:

@@ -27,14 +27,20 @@ from .generation import (
     Choices,
     ChoiceUpdate,
     RunningUsage,
-    Stream,
+    StreamedResponse,
     Totals,
     migration_warnings,
     run_choices,
     wire_spans,
 )
 from .logprobs import LegacyLogprobs
-from .sampling import choice_params, completion_budget, truncate_prompt, vllm_params, weight_bound
+from .sampling_params import (
+    choice_params,
+    completion_budget,
+    truncate_prompt,
+    vllm_params,
+    weight_bound,
+)
 from .service import (
     ANONYMOUS,
     Caller,
@@ -208,12 +214,12 @@ class CompletionService(GenerationService):
                                                       *(a.migrations for a in acc)))
 
     async def stream(self, req: CompletionRequest, caller: Caller = ANONYMOUS,
-                     ) -> Stream[CompletionChunk]:
+                     ) -> StreamedResponse[CompletionChunk]:
         plan = await self._prepare(self.plan, req, caller)
-        return self._stream(plan, _Chunks(plan), await self._start(plan))
+        return self._stream(plan, _CompletionChunks(plan), await self._start(plan))
 
 
-class _Chunks:
+class _CompletionChunks:
     """The chunks of one streamed completion (a `Family`): the echo (and the prompt's ids)
     first, scored echoes once their logprobs come; a chunk per update; each choice's
     finishing chunk; then usage."""

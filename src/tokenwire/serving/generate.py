@@ -34,7 +34,7 @@ from .generation import (
     Choices,
     ChoiceUpdate,
     RunningUsage,
-    Stream,
+    StreamedResponse,
     Totals,
     migration_warnings,
     run_choices,
@@ -42,7 +42,7 @@ from .generation import (
 )
 from .logprobs import generate_logprobs_json, prompt_logprob_rows
 from .models import ServedModel
-from .sampling import choice_params, completion_budget, vllm_params, weight_bound
+from .sampling_params import choice_params, completion_budget, vllm_params, weight_bound
 from .service import (
     ANONYMOUS,
     Caller,
@@ -246,12 +246,12 @@ class GenerateService(GenerationService):
             choices=choices)
 
     async def stream(self, req: GenerateRequest, caller: Caller = ANONYMOUS,
-                     ) -> Stream[GenerateStreamResponse]:
+                     ) -> StreamedResponse[GenerateStreamResponse]:
         plan = await self._prepare(self.plan, req, caller)
-        return self._stream(plan, _Events(plan), await self._start(plan))
+        return self._stream(plan, _GenerateEvents(plan), await self._start(plan))
 
 
-class _Events:
+class _GenerateEvents:
     """vLLM's stream (a `Family`): one event per choice and step, then usage."""
 
     def __init__(self, plan: _Plan):

@@ -3,9 +3,9 @@
 `run_choices` admits the `n` choices of a request (every one before anything is yielded, so a
 full queue is a clean 429 before the response starts) and returns their `Choices`: each
 engine event decoded into a `ChoiceUpdate` (`_updates`: text, stop strings, reasoning split,
-weight spans). A stream's `Stream` turns the updates into its API family's events (`Family`:
-chat's chunks, Responses' and Messages' typed events, ...), counts usage once, and says
-whether the next event is at hand (`more`) for the SSE writer (server/sse.py) to write
+weight spans). A stream's `StreamedResponse` turns the updates into its API family's events
+(`Family`: chat's chunks, Responses' and Messages' typed events, ...), counts usage once, and says
+whether the next event is at hand (`more`) for the SSE writer (api/sse.py) to write
 frames that came together in one send. docs/hot-path.md draws the whole path.
 
 Leaving early (client gone, error) closes every engine stream, which cancels the sequences
@@ -48,7 +48,7 @@ from ..tokenizers.conversions import Reason
 from .output import Delta, OutputDecoder
 from .reasoning import Part, ReasoningFormat, ReasoningStream
 
-__all__ = ["ChoiceResult", "ChoiceUpdate", "Choices", "Family", "RunningUsage", "Stream",
+__all__ = ["ChoiceResult", "ChoiceUpdate", "Choices", "Family", "RunningUsage", "StreamedResponse",
            "Totals", "collect", "migration_warnings", "run_choices", "wire_spans"]
 
 log = logging.getLogger(__name__)
@@ -480,7 +480,7 @@ async def _merged(choices: list[AsyncGenerator[ChoiceUpdate, None]], flow: Choic
 
 class Family(Protocol[E]):
     """What an API family supplies to a stream: its events. Everything else (reading the
-    choices, usage, closing, in-band failure) is `Stream`'s, once for every family."""
+    choices, usage, closing, in-band failure) is `StreamedResponse`'s, once for every family."""
 
     def start(self) -> list[E]:
         """The events before any update (chat's role chunks, Responses' `response.created`)."""
@@ -501,9 +501,9 @@ class Family(Protocol[E]):
         ...
 
 
-class Stream(Generic[E]):
+class StreamedResponse(Generic[E]):
     """One streamed response: its choices' updates made into its family's events. `more`:
-    the event just yielded has another at hand (server/sse.py writes them in one send)."""
+    the event just yielded has another at hand (api/sse.py writes them in one send)."""
 
     __slots__ = ("_events", "more")
 

@@ -20,7 +20,7 @@ from ..storage.base import owner_of
 from ..tokenizers.conversions import conversion_reason
 from ..tokenizers.registry import TokenizerRegistry
 from ..tokenizers.translate import Translator, translator
-from .generation import ChoiceResult, Choices, Family, Stream, Totals, collect
+from .generation import ChoiceResult, Choices, Family, StreamedResponse, Totals, collect
 from .guard import Guard
 from .logprobs import IdMap, same_id
 from .models import ModelRegistry, ServedModel
@@ -214,9 +214,9 @@ class GenerationService:
     def _count(self, plan: Plan, t: Totals) -> Usage:
         return self._served(plan, plan.usage(t))
 
-    def _stream(self, plan: Plan, family: Family[_E], choices: Choices) -> Stream[_E]:
+    def _stream(self, plan: Plan, family: Family[_E], choices: Choices) -> StreamedResponse[_E]:
         """A streamed response: `family`'s events of the choices, its usage counted once."""
-        return Stream(family, choices, lambda t: self._count(plan, t))
+        return StreamedResponse(family, choices, lambda t: self._count(plan, t))
 
     def _timer(self, plan: Plan) -> TokenTimer:
         return self._metrics.timer(plan.model.id)

@@ -3,7 +3,7 @@
 calls as tagged spans; and, for chat, whether tool calls are parsed out of the output.
 
 Nothing here converts a schema: the engine's grammar library enforces it (the embedded engine's
-llguidance, an upstream's own backend: engines/_guide.py, engines/upstream/grammar.py), and
+llguidance, an upstream's own backend: engines/grammars/guide.py, engines/grammars/upstream.py), and
 refuses by name and place what it cannot. Here only what no engine could read is refused: a
 schema that is not a JSON object (or `true`), or one too large to compile at admission.
 """

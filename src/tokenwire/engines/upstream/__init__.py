@@ -29,12 +29,12 @@ One job a module:
   transport.py  the aiohttp session and the helper requests (why aiohttp: its docstring)
   errors.py     `upstream_error`: an upstream's error body in our tree
   grammar.py    grammars in the upstreams' terms: the schema keywords a backend would
-                drop, refused by name (`structural_tag`: engines/xgrammar.py)
+                drop, refused by name (`structural_tag`: engines/grammars/xgrammar.py)
   gbnf.py       tool calls as GBNF, for llama-server
 """
 
 from .engine import UpstreamEngine
-from .errors import upstream_error
+from .error_body import upstream_error
 from .replica import Replica, UpstreamInfo
 from .stream import ChunkDecoder
 from .transport import UpstreamStatusError

@@ -44,11 +44,11 @@ from ..base import (
     SamplingParams,
     check_prompt,
 )
+from ..grammars.upstream import client_param
 from ..spec import EngineSpec
 from .board import Board
-from .errors import upstream_error
+from .error_body import upstream_error
 from .fleet import FleetControl
-from .grammar import client_param
 from .health import Health
 from .migration import MigratingStream
 from .replica import Replica, Seat, UpstreamInfo

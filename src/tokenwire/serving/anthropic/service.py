@@ -62,7 +62,7 @@ from ...protocol.responses import (
 from ...protocol.tokenize import TokenizeRequest
 from ...tokenizers.registry import TokenizerRegistry
 from ..chat import ChatPlan, ChatService
-from ..generation import Choices, ChoiceUpdate, Stream, Totals, wire_spans
+from ..generation import Choices, ChoiceUpdate, StreamedResponse, Totals, wire_spans
 from ..guard import Guard
 from ..items import ItemAssembler, new_id
 from ..models import ModelRegistry
@@ -263,7 +263,7 @@ class MessagesService(GenerationService):
 
         return await run_whole(run)
 
-    async def stream(self, req: MessagesRequest, caller: Caller) -> Stream[MessageEvent]:
+    async def stream(self, req: MessagesRequest, caller: Caller) -> StreamedResponse[MessageEvent]:
         plan, pm = await self._prepare(self.plan, req, caller)
         return self._stream(plan, _Blocks(req, plan), await self._updates(plan, pm))
 

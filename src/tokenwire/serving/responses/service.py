@@ -43,7 +43,7 @@ from ...protocol.responses import (
 from ...storage import StoredResponse
 from ...tokenizers.registry import TokenizerRegistry
 from ..chat import ChatPlan, ChatService
-from ..generation import Choices, ChoiceUpdate, Stream, Totals
+from ..generation import Choices, ChoiceUpdate, StreamedResponse, Totals
 from ..guard import Guard
 from ..items import ItemAssembler, new_id
 from ..models import ModelRegistry
@@ -177,7 +177,7 @@ class ResponsesService(GenerationService):
         return response
 
     async def stream(self, req: ResponsesRequest,
-                     caller: Caller = ANONYMOUS) -> Stream[ResponseEvent]:
+                     caller: Caller = ANONYMOUS) -> StreamedResponse[ResponseEvent]:
         plan, pm, req, store = await self._planned(req, caller)
         choices = await self._updates(plan, pm)
         keep = None
@@ -188,10 +188,10 @@ class ResponsesService(GenerationService):
             async def keep(response: Response, sampled: list[int]) -> None:
                 await stored.keep(plan, req, response, sampled, caller)
 
-        return self._stream(plan, _Events(self._assembler(req, plan, store), keep), choices)
+        return self._stream(plan, _ResponseEvents(self._assembler(req, plan, store), keep), choices)
 
 
-class _Events:
+class _ResponseEvents:
     """OpenAI's typed stream events (a `Family`), numbered; `keep`: stores the response
     before its last lifecycle event goes out (a failed write fails the response instead)."""
 

@@ -6,8 +6,8 @@ regular expressions for the parser (serving/toolcalls/parser.py) and the exact t
 forces under `tool_choice` "required" or a named tool (its `begin`, `end`, `separator` and
 `section`, as xgrammar's builtin structural tags spell them for vLLM). Markers that are control
 tokens in a family's vocabulary are written as their text here; the embedded engine's grammar
-matches them as their ids (engines/_guide.py), and the parser reads them from the text of the
-ids, which control tokens keep while tools are parsed (chat turns `skip_special_tokens` off).
+matches them as their ids (engines/grammars/guide.py), and the parser reads them from the text
+of the ids, which control tokens keep while tools are parsed (chat turns `skip_special_tokens` off).
 """
 
 from __future__ import annotations

@@ -352,12 +352,12 @@ def build_document(routes: Sequence[BaseRoute]) -> dict[str, Any]:
             continue
         if not isinstance(route, Route) or not route.methods:
             raise LookupError(f"route {path or route!r} is neither in ENDPOINTS nor in "
-                              "NOT_DOCUMENTED (server/openapi.py)")
+                              "NOT_DOCUMENTED (api/openapi.py)")
         for method in sorted(route.methods - {"HEAD"}):
             ep = ENDPOINTS.get((method, route.path))
             if ep is None:
                 raise LookupError(f"{method} {route.path} is neither in ENDPOINTS nor in "
-                                  "NOT_DOCUMENTED (server/openapi.py)")
+                                  "NOT_DOCUMENTED (api/openapi.py)")
             found.append((route, method, ep))
     if stale := ENDPOINTS.keys() - {(m, r.path) for r, m, _ in found}:
         raise LookupError(f"ENDPOINTS names routes the app does not have: {sorted(stale)}")

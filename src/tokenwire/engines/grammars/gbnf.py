@@ -17,7 +17,7 @@ from llama_cpp import llama_grammar
 
 from ...errors import UnsupportedParameterError
 from ..base import Grammar
-from .grammar import check_schema, llama_server_drops
+from .upstream import check_schema, llama_server_drops
 
 __all__ = ["tags_gbnf"]
 

@@ -16,7 +16,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ..errors import AuthenticationError, RequestTooLargeError
 from ..metrics import UNMATCHED, Metrics
 from ..serving.service import Caller
-from .errors import render_error, shape_of
+from .handlers import render_error, shape_of
 
 __all__ = ["API_KEY_STATE", "ApiKeyAuth", "BodyLimit", "RequestMetrics", "caller_of"]
 

@@ -32,12 +32,12 @@ from ..serving.anthropic import MessagesService, error_body
 from ..serving.chat import ChatService
 from ..serving.completions import CompletionService
 from ..serving.generate import GenerateService
-from ..serving.generation import Stream
+from ..serving.generation import StreamedResponse
 from ..serving.models import ModelRegistry, ServedModel
 from ..serving.responses import ResponsesService
 from ..serving.tokenize import TokenizeService
 from ._json import ModelResponse
-from .errors import ApiRoute, ErrorShape
+from .handlers import ApiRoute, ErrorShape
 from .middleware import caller_of
 from .sse import SSEResponse
 from .validation import parse_body
@@ -99,7 +99,7 @@ async def get_model(request: Request) -> Response:
 
 
 async def _respond(request: Request, req: IdsEncoding, stream: bool,
-                   make_stream: Callable[[], Awaitable[Stream[Any]]],
+                   make_stream: Callable[[], Awaitable[StreamedResponse[Any]]],
                    make_whole: Callable[[], Awaitable[BaseModel]], *, typed: bool = False,
                    ) -> Response:
     """SSE for a stream (errors before the first chunk are still plain HTTP errors), else JSON;

@@ -1,4 +1,4 @@
-"""Server-Sent Events, written once, here: a response's `Stream` of events (serving/
+"""Server-Sent Events, written once, here: a response's `StreamedResponse` of events (serving/
 generation.py) framed as `data: <json>\n\n` ... `data: [DONE]\n\n`, or, for the typed
 families (Responses, Messages), `event: <type>\ndata: <json>\n\n` with no `[DONE]` (as
 OpenAI's and Anthropic's).
@@ -22,7 +22,7 @@ from starlette.types import Send
 
 from ..errors import TokenwireError, internal_error
 from ..protocol._base import pack_ids
-from ..serving.generation import Stream
+from ..serving.generation import StreamedResponse
 from ._json import dumps
 
 __all__ = ["SSEResponse"]
@@ -33,7 +33,7 @@ DONE = b"data: [DONE]\n\n"
 
 
 class SSEResponse(StreamingResponse):
-    def __init__(self, events: Stream[Any], *, typed: bool = False, packed: bool = False):
+    def __init__(self, events: StreamedResponse[Any], *, typed: bool = False, packed: bool = False):
         super().__init__(events, media_type="text/event-stream",
                          headers={"Cache-Control": "no-cache"})
         self._events = events

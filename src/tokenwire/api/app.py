@@ -33,7 +33,7 @@ from ..storage.retention import expire_forever
 from ..tokenizers.registry import TokenizerRegistry
 from .control import control_routes
 from .docs import docs_routes
-from .errors import exception_handlers
+from .handlers import exception_handlers
 from .inspector import inspector_routes
 from .loop import upkeep
 from .middleware import ApiKeyAuth, BodyLimit, RequestMetrics

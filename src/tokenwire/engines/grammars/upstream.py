@@ -1,6 +1,6 @@
 """Grammars in the upstreams' own terms, so that each upstream's grammar backend enforces them:
 a JSON schema as itself, tagged spans (tool calls) as a `structural_tag` (vLLM, SGLang: both
-compile it with xgrammar: engines/xgrammar.py), and the keywords a backend would silently
+compile it with xgrammar: engines/grammars/xgrammar.py), and the keywords a backend would silently
 drop refused by name and place (an upstream that refuses a schema itself, as vLLM does,
 answers with its own 400).
 """

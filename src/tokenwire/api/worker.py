@@ -66,7 +66,7 @@ def supervise(settings: Settings, overrides: dict[str, Any]) -> int:
             return 1
         os.environ.update({RUN_DIR_ENV: str(run_dir), SHARED_DIR_ENV: str(run_dir / "metrics"),
                            SETTINGS_ENV: json.dumps(overrides, default=str)})
-        config = uvicorn.Config("tokenwire.server.worker:app", factory=True, host=settings.host,
+        config = uvicorn.Config("tokenwire.api.worker:app", factory=True, host=settings.host,
                                 port=settings.port, workers=settings.max_workers,
                                 log_level=settings.log_level, timeout_graceful_shutdown=30)
         supervisor = Multiprocess(config, sockets=[config.bind_socket()])

@@ -27,8 +27,8 @@ import llguidance.numpy
 import numpy as np
 from llguidance.gbnf_to_lark import gbnf_to_lark
 
+from ..base import Grammar, StructuralTag
 from ._unique import Path, Scanner, split_unique
-from .base import Grammar, StructuralTag
 
 __all__ = ["Guide", "GuideError", "Guides", "lark_of"]
 

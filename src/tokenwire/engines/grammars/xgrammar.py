@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .base import Grammar, StructuralTag
+from ..base import Grammar, StructuralTag
 
 __all__ = ["structural_tag"]
 
