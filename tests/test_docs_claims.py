@@ -1,6 +1,6 @@
 """What README.md and docs/ claim that can be checked without a model: measured figures against
 the benchmark's JSON, commands against what the tests run, links and file paths against the
-repository. (Which routes need no key: tests/server/test_documented_routes_http.py.)
+repository. (Which routes need no key: tests/api/test_documented_routes_http.py.)
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Compact ids on the real engines: tokenwire's Python client with `compact_ids` sends its ids
 and reads the answer's as base64 (`encoding_format: "base64"`), and gets the ids the same
 requests get as lists. Every family's fields, in process:
-tests/server/test_compact_ids_http.py."""
+tests/api/test_compact_ids_http.py."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from tests.conftest import LiveServer
-from tests.server.test_fuzz import check, valid_bodies
+from tests.api.test_fuzz import check, valid_bodies
 
 pytestmark = pytest.mark.engine
 

@@ -53,7 +53,7 @@ api = schemathesis.openapi.from_dict(DOCUMENT, config=schemathesis.Config.from_d
     "phases": {"coverage": {"enabled": False}, "stateful": {"enabled": False}},
 })).exclude(path=[*(path for _, path in CONTROL_OPS.values()), ROLLING_UPDATE[1]])
 """The control plane is left out: its calls pause and relabel the engine every later test uses
-(tests/server/test_control_http.py, tests/e2e/test_rolling.py and tests/e2e/test_vllm.py test
+(tests/api/test_control_http.py, tests/e2e/test_rolling.py and tests/e2e/test_vllm.py test
 it)."""
 
 

@@ -717,7 +717,7 @@ class _ChatChunks:
 
     def _frame(self, index: int) -> tuple[bytes, bytes]:
         """A plain text chunk's bytes before and after its text, as the model writes them
-        (tests/server/test_chat_http.py holds every frame to the model's own dump)."""
+        (tests/api/test_chat_http.py holds every frame to the model's own dump)."""
         got = self._frames.get(index)
         if got is None:
             mark = orjson.dumps(_MARK)

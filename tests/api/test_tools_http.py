@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from tests.fakes import CHATML_TOOLS, MODEL, FakeEngine
-from tests.server.test_chat_http import body, post, sse
+from tests.api.test_chat_http import body, post, sse
 from tokenwire.tokenizers.hf import HFTokenizer
 
 pytestmark = pytest.mark.anyio

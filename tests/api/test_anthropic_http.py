@@ -12,8 +12,8 @@ import pytest
 
 from tests.conftest import serve_in_process
 from tests.fakes import MODEL, FakeEngine
-from tests.server.test_responses_http import typed_events
-from tests.server.test_tools_http import OUTPUT
+from tests.api.test_responses_http import typed_events
+from tests.api.test_tools_http import OUTPUT
 from tokenwire.errors import RateLimitError
 from tokenwire.tokenizers.hf import HFTokenizer
 
