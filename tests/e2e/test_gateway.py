@@ -29,7 +29,7 @@ from tests.upstreams import (
 )
 from tokenwire.api.app import create_app
 from tokenwire.config import Settings, default_model_path
-from tokenwire.engines._llama_control import content_version
+from tokenwire.engines.llamacpp.rl_endpoints import content_version
 from tokenwire.engines.base import SamplingParams, TokenEvent
 from tokenwire.engines.llamacpp import LlamaCppEngine
 from tokenwire.engines.upstream.routing import PrefixRouter

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import pytest
 
 from tests.conftest import loop_gaps
-from tokenwire.engines._slots import MIN_COPY, common_prefix
+from tokenwire.engines.llamacpp.slots import MIN_COPY, common_prefix
 from tokenwire.engines.base import (
     Engine,
     FinishEvent,

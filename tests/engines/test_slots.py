@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tokenwire.engines._slots import MIN_COPY, Slots, common_prefix
+from tokenwire.engines.llamacpp.slots import MIN_COPY, Slots, common_prefix
 
 
 def test_common_prefix() -> None:

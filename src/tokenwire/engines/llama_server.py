@@ -136,7 +136,7 @@ class LlamaServerEngine(UpstreamEngine):
             raise UnsupportedParameterError("llama-server has no minimum output length",
                                             param="min_tokens")
         greedy = params.temperature <= 0
-        # our chain's order (engines/_llama.py `Sampler`); the logit bias always goes first
+        # our chain's order (engines/llamacpp/model.py `Sampler`); the logit bias always goes first
         samplers = ["penalties"] if params.repetition_penalty != 1.0 else []
         samplers.append("temperature")
         if not greedy:

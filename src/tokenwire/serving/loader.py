@@ -35,7 +35,7 @@ async def _eog_ids(source: TokenizerSource, settings: Settings) -> frozenset[int
     if settings.engine == "embedded":  # its engine process says (`EngineInfo.eog_ids`)
         return frozenset()
     # a GGUF: llama.cpp's own rules decide which ids end generation (also for llama-server)
-    from ..engines._llama import vocab_eog_ids
+    from ..engines.llamacpp.model import vocab_eog_ids
 
     return await asyncio.to_thread(vocab_eog_ids, settings.tokenizer_path())
 

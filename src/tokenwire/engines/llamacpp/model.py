@@ -16,7 +16,7 @@ from pathlib import Path
 import llama_cpp as L
 import numpy as np
 
-from .cpu import Threadpool, load_cpu_backend
+from ..cpu import Threadpool, load_cpu_backend
 
 __all__ = ["Batch", "LlamaModel", "LoraError", "Sampler", "default_threads", "log_softmax",
            "silence_logs", "vocab_eog_ids"]

@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal, Protocol, get_args
 
-from ..errors import InvalidRequestError, UnsupportedParameterError
-from .base import ControlAnswer, ControlCall
+from ...errors import InvalidRequestError, UnsupportedParameterError
+from ..base import ControlAnswer, ControlCall
 
 __all__ = ["Controlled", "PauseMode", "answer", "content_version"]
 
@@ -26,7 +26,7 @@ REPLICA = "embedded"
 
 
 class Controlled(Protocol):
-    """What the control plane drives: the embedded engine (llamacpp.py), seen from here."""
+    """What the control plane drives: the embedded engine (engines/llamacpp/), seen from here."""
 
     @property
     def paused(self) -> PauseMode | None: ...
