@@ -20,10 +20,16 @@ from tests.upstreams import vllm_server
 
 ROOT = Path(__file__).parents[1]
 README = ROOT / "README.md"
-DOCS = sorted((ROOT / "docs").glob("*.md"))
+DOCS = sorted((ROOT / "docs").glob("*.md")) + sorted((ROOT / "docs").glob("api/*.md"))
+"""Every page of docs/, the reference's pages under docs/api/ included."""
+
+
+def _name(page: Path) -> str:
+    """A page's test id: its path under docs/ (`api/chat.md`), or `README.md`."""
+    return str(page.relative_to(ROOT / "docs")) if page.parent != ROOT else page.name
 GATEWAYS = ROOT / "docs" / "gateways.json"
 
-# -- the gateway's CPU per relayed token: stated once, in the README, from docs/gateways.json --
+# -- the gateway's CPU per relayed token: quoted only in tables checked against their JSON ------
 
 COLUMNS = {"tokenwire": "tokenwire", "smg": "smg", "vllm-router": "vllm-router",
            "bare Python relay": "python floor"}
@@ -112,10 +118,11 @@ def _cpu_per_token_paragraphs(text: str) -> list[str]:
             and re.search(r"\b\d*\.\d+\s*ms\b", p)]
 
 
-@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
+@pytest.mark.parametrize("doc", DOCS, ids=_name)
 def test_no_other_page_states_a_cpu_per_token_figure(doc: Path) -> None:
-    """docs/ links to the README's table rather than quoting a figure of its own (three pages
-    once gave three different ones)."""
+    """No paragraph of docs/ quotes a CPU-per-token figure in prose (three pages once gave three
+    different ones): figures stand in the tables checked against their JSON (the README's,
+    hot-path.md's, capacity.md's), and prose that works from them says "CPU ms a token"."""
     assert _cpu_per_token_paragraphs(doc.read_text()) == []
 
 
@@ -147,7 +154,7 @@ def _starts_vllm(words: list[str]) -> bool:
 
 
 @pytest.mark.parametrize("page", [README, ROOT / "docs" / "fleet.md", ROOT / "docs" / "rl.md"],
-                         ids=lambda p: p.name)
+                         ids=_name)
 def test_vllm_is_started_as_the_tests_start_it(page: Path) -> None:
     """The pages that put tokenwire in front of vLLM for the control plane start vLLM with its
     RL endpoints on (VLLM_SERVER_DEV_MODE=1) and its token endpoint (--enable-scale-out), as
@@ -164,7 +171,7 @@ def test_vllm_is_started_as_the_tests_start_it(page: Path) -> None:
         assert flags(words) <= known, words
 
 
-@pytest.mark.parametrize("page", [README, *DOCS], ids=lambda p: p.name)
+@pytest.mark.parametrize("page", [README, *DOCS], ids=_name)
 def test_the_commands_a_page_shows_parse(page: Path) -> None:
     """`tokenwire ...` as tokenwire's own CLI parses it, and `python docs/examples/X.py ...` with
     flags the example defines."""
@@ -198,7 +205,7 @@ def _anchors(page: Path) -> set[str]:
     return out
 
 
-@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+@pytest.mark.parametrize("page", PAGES, ids=_name)
 def test_links_lead_somewhere(page: Path) -> None:
     """Every relative link names a file of the repository, and a heading that page has."""
     broken = []
@@ -221,7 +228,7 @@ PACKAGE = re.compile(r"(?<![\w/.-])((?:server|serving|engines|tokenizers|storage
 """A module named from the package, `engines/upstream/migration.py`."""
 
 
-@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+@pytest.mark.parametrize("page", PAGES, ids=_name)
 def test_the_files_a_page_names_exist(page: Path) -> None:
     text = page.read_text()
     missing = [p for p in OURS.findall(text) if not (ROOT / p).exists()]
@@ -239,6 +246,30 @@ def test_the_concurrency_sweep_tables_are_its_json() -> None:
     for line in table(sweep).splitlines():
         if line.startswith("| ") and not line.startswith("|---"):
             assert line in text, line
+
+
+def test_the_capacity_figures_are_the_sweeps_json() -> None:
+    """docs/capacity.md's table is tokenwire's medians in the JSON each row names (bench/sweep.py),
+    its tokens/s a busy core 1,000 / the CPU ms a token; its idle memory the sweep's range."""
+    from bench._sweep_report import med
+
+    text = (ROOT / "docs" / "capacity.md").read_text()
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in text.splitlines()
+            if line.startswith(("| whole rollouts |", "| streams |"))]
+    assert len(rows) >= 4
+    for workload, level, cpu, per_core, rss, source in rows:
+        kind = "whole" if workload == "whole rollouts" else "stream"
+        runs = json.loads((ROOT / source).read_text())[kind][level]["tokenwire"]
+        ms = med(runs, "cpu_ms_per_token")
+        assert (cpu, rss) == (f"{ms:.4f}", f"{med(runs, 'rss_bytes_per_token_in_flight'):.0f}"), \
+            (workload, level)
+        assert per_core == f"{round(1000 / ms, -2):,.0f}", (workload, level)
+    sweep = json.loads((ROOT / "docs" / "sweep.json").read_text())
+    for name, words in (("tokenwire", "one worker"),
+                        ("tokenwire x2", "two workers with their supervisor")):
+        idle = [r["idle_rss_mb"] for kind in ("whole", "stream") for per in sweep[kind].values()
+                for r in per[name]]
+        assert f"{words} {min(idle):.0f}-{max(idle):.0f} MB" in " ".join(text.split()), name
 
 
 def test_the_hot_path_figures_are_its_benchmarks_json() -> None:

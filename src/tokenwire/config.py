@@ -321,8 +321,9 @@ class Settings(BaseSettings):
         "kept until deleted.",
     )
     require_tokenizer_version: bool = Field(
-        True, description="Refuse token ids sent without tokenizer_version (docs/api.md). "
-        "False lets vLLM-dialect clients send bare ids, taken as the model's own version."
+        True, description="Refuse token ids sent without tokenizer_version "
+        "(docs/api.md#tokenizer-versions). False lets vLLM-dialect clients send bare ids, "
+        "taken as the model's own version."
     )
     log_level: str = Field("info", description="Log level of the server.")
     http_server: Literal["uvicorn", "granian"] = Field(
@@ -332,8 +333,8 @@ class Settings(BaseSettings):
     )
     workers: int | None = Field(
         None, ge=1, le=256, description="Serving processes on the port (`--workers`): upstream "
-        "engines default to one per core available, as vLLM's `--api-server-count` and "
-        "LiteLLM advise; they share the fleet's state through the box's memory "
+        "engines default to one per core available (the box's cores are the gateway's; "
+        "docs/capacity.md); they share the fleet's state through the box's memory "
         "(docs/deploy.md). The embedded engine defaults to one: its engine runs in a process "
         "of its own, which every serving process shares."
     )
@@ -381,18 +382,18 @@ class Settings(BaseSettings):
     max_messages: int = Field(1024, ge=1, description="Most messages in one chat request.")
     chat_template: Path | None = Field(
         None, description="A Jinja chat template file used instead of the model's own (e.g. "
-        "one that renders tools; docs/api.md)."
+        "one that renders tools; docs/api/chat.md)."
     )
     reasoning_parser: ReasoningParser = Field(
         "auto", description="How the model's reasoning is split from its answer (vLLM's "
         "`--reasoning-parser` names): `auto` finds the format in the chat template "
-        "(`<think>` ... `</think>`), `none` never splits (docs/api.md)."
+        "(`<think>` ... `</think>`), `none` never splits (docs/api/chat.md)."
     )
     tool_call_parser: ToolCallParserName = Field(
         "auto", description="The format tool calls are written in (vLLM's "
         "`--tool-call-parser` names): `auto` finds it in the chat template (Hermes's for a "
         "template that does not render tools); a template that writes calls in none of these "
-        "refuses `tools` (docs/api.md)."
+        "refuses `tools` (docs/api/chat.md)."
     )
     check_drift: bool = Field(
         False, description="Warn on every chat request whose assistant `token_ids` differ from "

@@ -10,10 +10,10 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import serve_in_process
-from tests.fakes import MODEL, FakeEngine
 from tests.api.test_responses_http import typed_events
 from tests.api.test_tools_http import OUTPUT
+from tests.conftest import serve_in_process
+from tests.fakes import MODEL, FakeEngine
 from tokenwire.errors import RateLimitError
 from tokenwire.tokenizers.hf import HFTokenizer
 

@@ -1,6 +1,7 @@
-"""docs/api.md is a reference, not a second source of truth: every request field its tables
-name exists in the request body schema `GET /openapi.json` serves for that route (the one built
-from the models the server parses requests with, api/openapi.py).
+"""docs/api.md and its pages (docs/api/*.md) are a reference, not a second source of truth:
+every request field their tables name exists in the request body schema `GET /openapi.json`
+serves for that route (the one built from the models the server parses requests with,
+api/openapi.py).
 
 A field table is one whose first column is headed `field`. Its route is the `## METHOD /path`
 section it stands in (the staleness bounds' table: every generation route), and the table of
@@ -24,7 +25,9 @@ from tests.conftest import serve_in_process
 
 pytestmark = pytest.mark.anyio
 
-API = Path(__file__).parents[2] / "docs" / "api.md"
+DOCS = Path(__file__).parents[2] / "docs"
+API = [DOCS / "api.md", *sorted((DOCS / "api").glob("*.md"))]
+"""The reference: the index and one page per API family and the control plane."""
 
 CHAT, COMPLETIONS = ("post", "/v1/chat/completions"), ("post", "/v1/completions")
 GENERATION = [CHAT, COMPLETIONS, ("post", "/inference/v1/generate"), ("post", "/v1/responses"),
@@ -84,11 +87,12 @@ def names(cell: str) -> list[tuple[str, str | None]]:
 
 
 def listed() -> list[tuple[tuple[str, str], str, str]]:
-    """(route, field, where api.md lists it) for every field of every field table."""
+    """(route, field, where the reference lists it) for every field of every field table."""
     out = []
-    for h2, h3, (header, *rows) in field_tables(API.read_text()):
+    for page, h2, h3, (header, *rows) in (
+            (doc, *table) for doc in API for table in field_tables(doc.read_text())):
         heading = re.match(r"(GET|POST|DELETE) (/\S*)", h2)
-        where = f"{h2} / {h3}" if h3 else h2
+        where = f"{page.relative_to(DOCS)}: {h2}" + (f" / {h3}" if h3 else "")
         for row in rows:
             for name, qualifier in names(row[0]):
                 if "chat" in header:  # the table of every OpenAI and vLLM field
@@ -134,6 +138,7 @@ def _path(name: str) -> list[str]:
 
 
 def test_the_tables_are_read() -> None:
+    assert len(API) > 1  # the index and the pages under docs/api/
     fields = listed()
     routes = {route for route, _, _ in fields}
     assert routes == {*GENERATION, ("post", "/v1/tokenize")}

@@ -1,6 +1,7 @@
-"""The routes the docs describe are the routes the app serves: docs/api.md names every one and
-no other, and the ones that answer without an API key are exactly those docs/safety.md lists
-(the docs once disagreed with each other about it), found by asking every route."""
+"""The routes the docs describe are the routes the app serves: the reference (docs/api.md and
+its pages, docs/api/*.md) names every one and no other, and the ones that answer without an API
+key are exactly those docs/safety.md lists (the docs once disagreed with each other about it),
+found by asking every route."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from tests.conftest import serve_in_process
 pytestmark = pytest.mark.anyio
 
 DOCS = Path(__file__).parents[2] / "docs"
+REFERENCE = [DOCS / "api.md", *sorted((DOCS / "api").glob("*.md"))]
 
 
 def open_paths() -> set[str]:
@@ -52,9 +54,10 @@ async def test_routes_without_a_key_are_the_documented_ones(make_app) -> None:  
 
 
 def test_api_md_names_every_route_and_no_other(make_app) -> None:  # type: ignore[no-untyped-def]
-    """Each route's path appears in api.md (a parameter as any `{name}`, a prefix route by its
-    prefix), and each `METHOD /path` api.md shows is one the app serves."""
-    text = (DOCS / "api.md").read_text()
+    """Each route's path appears in the reference (a parameter as any `{name}`, a prefix route by
+    its prefix), and each `METHOD /path` it shows is one the app serves."""
+    assert len(REFERENCE) > 1
+    text = "\n".join(page.read_text() for page in REFERENCE)
     routes = served(make_app())
     missing = []
     for route in routes:

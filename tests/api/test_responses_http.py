@@ -10,9 +10,9 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.api.test_tools_http import OUTPUT, WEATHER
 from tests.conftest import serve_in_process
 from tests.fakes import MODEL, FakeEngine, other_tokenizer
-from tests.api.test_tools_http import OUTPUT, WEATHER
 from tokenwire.errors import RateLimitError
 from tokenwire.tokenizers.hf import HFTokenizer
 from tokenwire.tokenizers.registry import TokenizerRegistry

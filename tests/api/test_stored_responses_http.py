@@ -11,10 +11,10 @@ import anyio
 import httpx
 import pytest
 
-from tests.conftest import serve_in_process
-from tests.fakes import MODEL, FakeEngine, other_tokenizer
 from tests.api.test_responses_http import error, typed_events
 from tests.api.test_tools_http import OUTPUT, WEATHER
+from tests.conftest import serve_in_process
+from tests.fakes import MODEL, FakeEngine, other_tokenizer
 from tokenwire.errors import InvalidTokenIdError, StorageError
 from tokenwire.storage import StoredResponse
 from tokenwire.tokenizers.hf import HFTokenizer

@@ -9,8 +9,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.fakes import CHATML_TOOLS, MODEL, FakeEngine
 from tests.api.test_chat_http import body, post, sse
+from tests.fakes import CHATML_TOOLS, MODEL, FakeEngine
 from tokenwire.tokenizers.hf import HFTokenizer
 
 pytestmark = pytest.mark.anyio

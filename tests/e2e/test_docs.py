@@ -1,5 +1,6 @@
-"""The examples of docs/api.md and of every journey page (serve.md, fleet.md, rl.md,
-storage.md), sent to a real server: the docs cannot drift from the code.
+"""The examples of the reference (docs/api.md and its pages, docs/api/*.md) and of every journey
+page (serve.md, fleet.md, rl.md, storage.md), sent to a real server: the docs cannot drift from
+the code.
 
 An `http` block is a request (method, path, JSON body); the `json <status>` or `sse <status>`
 block after it is the answer. In the expected JSON, "..." matches any value, a "...": "..."
@@ -27,7 +28,10 @@ pytestmark = pytest.mark.engine
 JOURNEYS = ("serve.md", "fleet.md", "rl.md", "storage.md")
 """One page per journey a user takes: serve it and call it, front a vLLM fleet, an RL rollout
 with tools, mask and weight sync, store and retrieve as ids."""
-DOCS = [Path(__file__).parents[2] / "docs" / name for name in ("api.md", *JOURNEYS)]
+ROOT = Path(__file__).parents[2] / "docs"
+REFERENCE = [ROOT / "api.md", *sorted((ROOT / "api").glob("*.md"))]
+"""The reference: the index and one page per API family and the control plane."""
+DOCS = [*REFERENCE, *(ROOT / name for name in JOURNEYS)]
 FENCE = re.compile(r"```(\w+)([^\n]*)\n(.*?)```", re.S)
 ANY = "..."
 
@@ -95,14 +99,14 @@ def matches(expected: Any, actual: Any, where: str = "$") -> None:
 
 PYTHON = [(doc, code) for doc in DOCS for lang, _, code in FENCE.findall(doc.read_text())
           if lang == "python"]
-"""Every page's Python examples, api.md's (if any) and each journey's."""
+"""Every page's Python examples, the reference's (if any) and each journey's."""
 
 CONTROL = "client.control("
 """A block that calls the control plane, which llama-server lacks (rl.md, "What holds where")."""
 
 
 def test_the_docs_have_examples() -> None:
-    assert len(EXAMPLES) >= 10
+    assert len(REFERENCE) > 1 and len(EXAMPLES) >= 10
     for name in JOURNEYS:  # every journey runs
         assert any(doc.name == name for doc, _ in PYTHON), name
 

@@ -9,8 +9,8 @@ import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from tests.conftest import LiveServer
 from tests.api.test_fuzz import check, valid_bodies
+from tests.conftest import LiveServer
 
 pytestmark = pytest.mark.engine
 

@@ -29,9 +29,9 @@ from tests.upstreams import (
 )
 from tokenwire.api.app import create_app
 from tokenwire.config import Settings, default_model_path
-from tokenwire.engines.llamacpp.rl_endpoints import content_version
 from tokenwire.engines.base import SamplingParams, TokenEvent
 from tokenwire.engines.llamacpp import LlamaCppEngine
+from tokenwire.engines.llamacpp.rl_endpoints import content_version
 from tokenwire.engines.upstream.routing import PrefixRouter
 from tokenwire.tokenizers.hf import HFTokenizer
 

@@ -14,9 +14,9 @@ import pytest
 
 from tests.conftest import TEST_MAX_MODEL_LEN
 from tests.engines.test_llamacpp import ids, run
-from tokenwire.engines.llamacpp.rl_endpoints import content_version
 from tokenwire.engines.base import ControlCall, FinishEvent, SamplingParams, TokenEvent, WeightSpan
 from tokenwire.engines.llamacpp import LlamaCppEngine
+from tokenwire.engines.llamacpp.rl_endpoints import content_version
 from tokenwire.engines.versions import WeightBound
 from tokenwire.errors import (
     InvalidRequestError,

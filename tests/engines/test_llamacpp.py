@@ -10,7 +10,6 @@ from collections.abc import Sequence
 import pytest
 
 from tests.conftest import loop_gaps
-from tokenwire.engines.llamacpp.slots import MIN_COPY, common_prefix
 from tokenwire.engines.base import (
     Engine,
     FinishEvent,
@@ -19,6 +18,7 @@ from tokenwire.engines.base import (
     TokenEvent,
 )
 from tokenwire.engines.llamacpp import LlamaCppEngine
+from tokenwire.engines.llamacpp.slots import MIN_COPY, common_prefix
 from tokenwire.errors import EngineError, RateLimitError, ServiceUnavailableError
 from tokenwire.tokenizers.source import TokenizerSource
 

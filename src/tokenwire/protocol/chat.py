@@ -209,7 +209,7 @@ class ChatCompletionRequest(VllmSamplingFields, IdsEncoding):
     """Where the model reasons: false drops the reasoning from every assistant turn in the
     history (sent as ids: its reasoning's ids and markers; as text: its `reasoning`), as
     Qwen3's and DeepSeek-R1's templates drop earlier turns' reasoning; true (the default)
-    feeds ids as sampled (docs/api.md)."""
+    feeds ids as sampled (docs/api/chat.md)."""
     add_special_tokens: bool | None = None
     documents: list[dict[str, str]] | None = None
     chat_template: str | None = None

@@ -2,7 +2,7 @@
 and `CompletionRequest`, vllm/entrypoints/openai/{chat_completion,completion}/protocol.py).
 
 Each is honoured, accepted because it cannot change the output, or refused by name unless it
-holds its neutral value (`unsupported`); docs/api.md has the table.
+holds its neutral value (`unsupported`); docs/api/chat.md has the table.
 """
 
 from __future__ import annotations

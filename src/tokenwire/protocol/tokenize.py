@@ -103,7 +103,8 @@ class DetokenizeResponse(ResponseModel):
 
 
 class TranslateRequest(IdsEncoding):
-    """Ids of one registered version -> the ids of the same bytes in another (docs/api.md)."""
+    """Ids of one registered version -> the ids of the same bytes in another
+    (docs/api/tokenize.md)."""
 
     model_config = ConfigDict(populate_by_name=True)
     from_: str = Field(alias="from")

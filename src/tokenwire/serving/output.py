@@ -5,7 +5,7 @@ Two hold-backs, in this order:
   string is ruled out or matched. On a match, the ids end with the last token that lies wholly
   before the stop string. The text ends exactly before the stop string, as OpenAI's does; but
   when the request shows ids (`token_aligned`), the text is the text of those ids, so the two
-  always agree (a stop string that begins inside a token then drops that token; docs/api.md).
+  always agree (a stop string that begins inside a token then drops that token; docs/api/chat.md).
 - UTF-8 (byte-granular): bytes of an incomplete character are held until it completes, so a
   delta's text never splits a character; its ids go out at once (the text may be "").
 

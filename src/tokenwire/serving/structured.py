@@ -49,7 +49,7 @@ def _format_tags(fmt: dict[str, Any], param: str) -> list[tuple[str, Any, str, s
 def from_structural_tag(tag: Any, param: str) -> Grammar:
     """vLLM's `structural_tag` (as vLLM and SGLang read it, and as a gateway's upstream
     adapters send it): the legacy shape (free text until a trigger, then the structures, a
-    newline apart: tokenwire allows only further structures after the first; docs/api.md), or
+    newline apart: tokenwire allows only further structures after the first; docs/api/chat.md), or
     xgrammar's `format` shape as far as tool calls use it: `triggered_tags` (lazy) and
     `tags_with_separator` with separator "\\n" and `at_least_one` (from the first token)."""
     if not isinstance(tag, dict):
@@ -191,7 +191,7 @@ def resolve_constraints(req: ChatCompletionRequest, info: EngineInfo, model: str
         parallel = req.parallel_tool_calls
     if choice == "auto":
         if not info.supports_lazy_grammar:
-            # the model may still call: its output is parsed, unconstrained (docs/api.md)
+            # the model may still call: its output is parsed, unconstrained (docs/api/chat.md)
             return Constraints(parse_tools=True, unconstrained=True)
         # a format whose calls have no lazy grammar (Qwen's XML) is parsed, not enforced
         lazy = calls.grammar(specs, parallel=parallel, lazy=True)

@@ -26,7 +26,7 @@ would give; other sent ids lose only their whitespace tokens at the trimmed ends
 that mixes whitespace and text is re-encoded without it), so the rest reach the model as sent.
 
 Ids placed between two stretches of text are a seam no merge crosses: text right after a content
-sent as ids may tokenize differently from the same conversation sent as text (docs/api.md).
+sent as ids may tokenize differently from the same conversation sent as text (docs/api/chat.md).
 
 The structure is the same few pieces in every request (`<|im_start|>user\n`, a default system
 prompt), so each short piece's ids are kept once encoded: a warm server renders a conversation

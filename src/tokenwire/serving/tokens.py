@@ -1,8 +1,10 @@
 """Checks on the token ids a request carries: which version they belong to, and their range.
 
-Every id a client sends is tied to a tokenizer version. The rules (docs/api.md):
+Every id a client sends is tied to a tokenizer version. The rules
+(docs/api.md#tokenizer-versions):
 - ids sent without `tokenizer_version`: 400 tokenizer_version_required (unless the server
-  relaxes this; then they mean the model's own version);
+  relaxes this; then they mean the model's own version); `/inference/v1/generate` never asks
+  for it (vLLM's API: its ids are the model's own), documents sent as ids always do;
 - a version not registered: 400 unknown_tokenizer_version;
 - a registered version that is not the model's: 400 tokenizer_version_mismatch naming the
   model's version, unless the request opts into `tokenizer_fallback: "translate"`;

@@ -5,7 +5,7 @@ llguidance (a grammar backend of vLLM and SGLang) compiles JSON schemas, Lark gr
 against the model's own vocabulary; each step it fills a bitmask of the ids that keep the output
 inside the grammar, and the engine writes -inf over the rest of the raw logits before its
 sampler chain runs (raw logprobs are read first, as the llama.cpp grammar sampler had it;
-vLLM reads them after its bitmask: docs/api.md). Compiling happens at
+vLLM reads them after its bitmask: docs/api/chat.md). Compiling happens at
 admission: what llguidance cannot enforce is a 400 naming the field (and, for a schema keyword,
 where it is), never a stuck engine. Compiled grammars are kept per model by their text, so a
 schema repeated across a rollout's requests compiles once; each sequence walks its own copy.
