@@ -267,7 +267,8 @@ def _chat(args: argparse.Namespace) -> int:
 
 
 def _export_rollouts(args: argparse.Namespace) -> int:
-    """The stored completions of one API key as rollout rows in a Parquet file."""
+    """The stored completions of one API key (chat and /inference/v1/generate) as rollout
+    rows, linked into trajectories, in a Parquet file."""
     import asyncio
 
     from .config import Settings
@@ -383,8 +384,9 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--artifact", type=Path)
     d.set_defaults(func=_detokenize)
 
-    e = sub.add_parser("export-rollouts", help="stored chat completions as rollout rows "
-                       "(ids, loss mask, logprobs, weight versions, reward) in a Parquet file")
+    e = sub.add_parser("export-rollouts", help="stored completions (chat, and "
+                       "/inference/v1/generate) as rollout rows (ids, loss mask, logprobs, "
+                       "trajectory, weight versions, reward) in a Parquet file")
     e.add_argument("--out", type=Path, required=True, help="the Parquet file to write")
     e.add_argument("--storage", help="the server's store (default: its storage setting)")
     e.add_argument("--api-key", help="whose records (the key that stored them; none on a "

@@ -433,9 +433,10 @@ async def test_the_default_limit_is_bounded_by_the_room_the_prompt_leaves(  # ty
 
 async def test_a_plain_text_chunk_is_the_bytes_the_model_writes(make_app: Any, tok: HFTokenizer,
                                                                 fake_engine: FakeEngine) -> None:
-    """Plain text chunks are written from frames (serving/chat.py `_ChatChunks._frame`): each is
-    byte for byte what the chunk's model writes, whatever the text (quotes, escapes, control
-    characters, a character split across ids), with and without the token-native envelope."""
+    """Plain text chunks are written from frames (serving/chat_response.py `ChatChunks._frame`):
+    each is byte for byte what the chunk's model writes, whatever the text (quotes, escapes,
+    control characters, a character split across ids), with and without the token-native
+    envelope."""
     fake_engine.script = tok.encode('Say "hi"\\\n\ttab \x01 \u2028 é 🎉 done')
     async with serve_in_process(make_app()) as client:
         for extra in ({}, {"n": 2}, {"tokenizer_version": tok.version,

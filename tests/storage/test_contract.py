@@ -52,6 +52,24 @@ async def test_put_then_get_returns_every_field(store: Store) -> None:
     assert await store.get_completion(ALICE, "chatcmpl-missing") is None
 
 
+async def test_each_choices_stop_and_the_api_that_made_it_round_trip(store: Store) -> None:
+    """A choice's stop id (and its logprob) is kept apart from its sampled ids, None where no
+    id ended it; a rollout of vLLM's token API says so (read back in every listing too)."""
+    import dataclasses
+
+    record = dataclasses.replace(completion("generate-tokens-1"), endpoint="generate",
+                                 stops=[(2, -0.125), None])
+    await store.put_completion(record)
+    assert await store.get_completion(ALICE, "generate-tokens-1") == record
+    [listed] = (await store.list_completions(ALICE)).data
+    assert listed == record
+    updated = await store.update_completion(ALICE, "generate-tokens-1", {"reward": "1"})
+    assert updated == dataclasses.replace(record, metadata={"reward": "1"})
+    plain = completion("chatcmpl-1")  # a chat completion by default, no stop kept
+    await store.put_completion(plain)
+    assert (await store.get_completion(ALICE, "chatcmpl-1")).endpoint == "chat.completions"
+
+
 async def test_one_owner_never_sees_another(store: Store) -> None:
     await store.put_completion(completion("c-1", owner=ALICE))
     await store.put_document(Document("doc-1", ALICE, "tv", [1, 2, 3], 1, SMOLLM2_VOCAB))

@@ -9,7 +9,7 @@ import pytest
 
 from tests.storage.conftest import raw
 from tokenwire.errors import StorageError
-from tokenwire.storage import StoredResponse, open_store
+from tokenwire.storage import StoredCompletion, StoredResponse, open_store
 from tokenwire.storage import postgres as pg_store
 from tokenwire.storage import sqlite as sqlite_store
 from tokenwire.storage._packing import pack
@@ -141,4 +141,33 @@ async def test_upgrade_from_version_4_indexes_records_by_age(store_url: str) -> 
         await store.aclose()
     assert {"completions_by_created", "responses_by_created"} <= _indexes(store_url)
     assert raw(store_url, "SELECT version FROM schema_version") == [(LATEST,)]
-    assert LATEST == 5
+
+
+async def test_upgrade_from_version_5_reads_old_completions_as_chat_without_stops(
+        store_url: str) -> None:
+    """Version 6 keeps each choice's stop id and the API that made the record: a completion
+    stored before reads back as a chat completion with none kept (the export then takes the
+    stop id its response named), and new ones keep both."""
+    await _migrate(store_url, MIGRATIONS[:5])
+    prompt, width = pack([1, 2, 3], 49_152)
+    out, _ = pack([4, 5], 49_152)
+    raw(store_url, "INSERT INTO completions (owner, id, model, created, tokenizer_version, "
+        "template_version, vocab_size, width, prompt_ids, request, response, metadata, "
+        "output_ids, output_lengths, spans) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        ("o", "c-v5", "m", 5, "tv", "tpl", 49_152, width, prompt, "{}", "{}", "{}", out, "[2]",
+         "[]"))
+    store = open_store(store_url)
+    try:
+        old = await store.get_completion("o", "c-v5")
+        assert old is not None and (old.output_ids, old.stops, old.endpoint) == \
+            ([[4, 5]], [], "chat.completions")
+        new = StoredCompletion(
+            id="g-v6", owner="o", model="m", created=6, tokenizer_version="tv",
+            template_version=None, prompt_ids=[1], vocab_size=49_152, request={}, response={},
+            output_ids=[[4], [5, 6]], stops=[(2, -0.25), None], endpoint="generate")
+        await store.put_completion(new)
+        assert await store.get_completion("o", "g-v6") == new
+    finally:
+        await store.aclose()
+    assert raw(store_url, "SELECT version FROM schema_version") == [(LATEST,)]
+    assert LATEST == 6

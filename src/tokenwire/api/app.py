@@ -125,7 +125,8 @@ def create_app(settings: Settings | None = None, *, models: ModelRegistry | None
     app.state.chat = ChatService(models, tokenizers, settings, guard, metrics,
                                  stored=app.state.stored, documents=app.state.documents)
     app.state.completions = CompletionService(models, tokenizers, settings, guard, metrics)
-    app.state.generate = GenerateService(models, tokenizers, settings, guard, metrics)
+    app.state.generate = GenerateService(models, tokenizers, settings, guard, metrics,
+                                         stored=app.state.stored)
     app.state.responses = ResponsesService(
         models, tokenizers, settings, guard, metrics, chat=app.state.chat,
         stored=StoredResponses(store) if store is not None else None)

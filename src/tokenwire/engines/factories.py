@@ -7,6 +7,7 @@ front of vLLM never loads llama.cpp and the embedded default never imports an HT
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 from ..config import ENGINE_NAMES
 from .base import Engine
@@ -22,15 +23,12 @@ def _embedded(spec: EngineSpec) -> Engine:
 
         return embedded_engine(s, spec.source.tokenizer)
     from .cpu import load_cpu_backend
-    from .llamacpp import LlamaCppEngine
+    from .embedded import core_config
+    from .embedded.core import llama_engine
 
     load_cpu_backend(s.cpu_variant)
-    return LlamaCppEngine(s.model_path(), model_id=s.served_model_name,
-                          max_model_len=s.max_model_len, n_parallel=s.n_parallel,
-                          n_batch=s.n_batch, n_threads=s.n_threads, max_queued=s.max_queued,
-                          tokenizer=spec.source.tokenizer, prefix_cache=s.prefix_cache,
-                          deterministic=s.deterministic, logprobs_mode=s.logprobs_mode,
-                          sampling_mask=s.return_sampling_mask)
+    config = core_config(s, Path())  # no socket nor state file: the engine runs in this process
+    return llama_engine(config, spec.source.tokenizer)
 
 
 def _vllm(spec: EngineSpec) -> Engine:

@@ -237,7 +237,7 @@ class ChatCompletionRequest(VllmSamplingFields, IdsEncoding):
         = None
     """vLLM's levels: a chat template that reads `reasoning_effort` (gpt-oss's, Cohere's) gets
     it; "none" is `enable_thinking: false` where the template has that switch; a level that the
-    template cannot take is refused by name (serving/chat.py `_thinking_switch`)."""
+    template cannot take is refused by name (serving/chat_reasoning.py `thinking_switch`)."""
     web_search_options: Any = None
 
     thinking_token_budget: Annotated[int, Field(ge=-1)] | None = None

@@ -22,6 +22,7 @@ from ._base import OR_BASE64, RawJSON, RequestModel, ResponseModel
 from .common import (
     Ids,
     IdsEncoding,
+    Metadata,
     ResponseWarning,
     StopStrings,
     TokenId,
@@ -166,6 +167,14 @@ class GenerateRequest(WeightBoundFields, IdsEncoding):
     tokenizer_version: str | None = None
     """tokenwire's addition: the version the ids belong to, checked when sent (vLLM clients
     do not send it; their ids then mean the model's own tokenizer)."""
+    store: bool | None = None
+    """tokenwire's addition (vLLM's request has no such field): keep the rollout, as chat's
+    `store` keeps a completion: the prompt ids, each choice's sampled ids and the id that
+    ended it, the request and the response, as `generate-tokens-<request_id>`; read, given a
+    reward (its metadata) and deleted at `/v1/chat/completions/{id}`, exported by `tokenwire
+    export-rollouts`."""
+    metadata: Metadata | None = None
+    """tokenwire's addition: kept with the rollout when `store` is true (OpenAI's limits)."""
     # vLLM features tokenwire does not implement: refused unless neutral
     features: Any = None
     content_parts: Any = None

@@ -6,18 +6,24 @@ the checks every id path gets (range, control ids, the content policy on its dec
 The response follows vLLM: `token_ids` end with the id that ended the output (EOS or a stop
 id), `stop_reason` is that id (None for the model's main EOS) or the stop string, and a stream
 sends one event per choice and step, then usage, then `[DONE]`.
+
+`store: true` (tokenwire's, as chat's) keeps the rollout as a stored completion
+(`generate-tokens-<request_id>`): the prompt ids, each choice's sampled ids and the id that
+ended it, the request and the response as they went out (a stream: as the same request
+unstreamed would have answered), durable before the client hears that a choice finished.
 """
 
 from __future__ import annotations
 
 import json
-import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
+from ..config import Settings
 from ..engines.base import Grammar, TokenEvent, TokenRun, WeightSpan
 from ..errors import InvalidRequestError, TokenwireError, UnsupportedParameterError
+from ..metrics import Metrics
 from ..protocol._base import RawJSON
 from ..protocol.common import Usage
 from ..protocol.generate import (
@@ -29,8 +35,11 @@ from ..protocol.generate import (
     GenerateStreamResponse,
     StructuredOutputs,
 )
+from ..storage import StoredCompletion
+from ..tokenizers.registry import TokenizerRegistry
 from . import structured
 from .generation import (
+    ChoiceResult,
     Choices,
     ChoiceUpdate,
     RunningUsage,
@@ -40,8 +49,9 @@ from .generation import (
     run_choices,
     wire_spans,
 )
+from .guard import Guard
 from .logprobs import generate_logprobs_json, prompt_logprob_rows
-from .models import ServedModel
+from .models import ModelRegistry, ServedModel
 from .sampling_params import choice_params, completion_budget, vllm_params, weight_bound
 from .service import (
     ANONYMOUS,
@@ -51,6 +61,7 @@ from .service import (
     check_engine_features,
     check_sampling_mask,
 )
+from .stored_completions import StoredCompletions, stops_of
 from .tokens import IdSpan, check_id_range, resolve_token_space
 
 __all__ = ["GenerateService"]
@@ -156,6 +167,12 @@ class _Plan(Plan):
 
 
 class GenerateService(GenerationService):
+    def __init__(self, models: ModelRegistry, tokenizers: TokenizerRegistry, settings: Settings,
+                 guard: Guard, metrics: Metrics, *, stored: StoredCompletions | None = None):
+        super().__init__(models, tokenizers, settings, guard, metrics)
+        self.stored = stored
+        """Without a store (None), `store` is refused."""
+
     def plan(self, req: GenerateRequest, caller: Caller = ANONYMOUS) -> _Plan:
         sp = req.sampling_params
         _refuse_unsupported(req, "")
@@ -226,45 +243,98 @@ class GenerateService(GenerationService):
                                  coalesce=self._coalesce(plan.req.stream_options))
 
     async def create(self, req: GenerateRequest, caller: Caller = ANONYMOUS) -> GenerateResponse:
+        await self._check_store(req, caller)
         plan = await self._prepare(self.plan, req, caller)
         acc = await self._whole(lambda: self._start(plan, whole=True), req.sampling_params.n)
-        usage = self._count(plan, Totals.of(acc))
-        choices = [plan.choice(i, a.ids, a.events, a.finish_reason, a.stop_reason,
-                                a.stop_event, a.weight_versions, a.routed_experts)
-                   for i, a in enumerate(acc)]
-        scored = acc[0].prompt_logprobs if req.sampling_params.prompt_logprobs is not None \
-            else None
-        first = plan.first()
-        first["warnings"] = migration_warnings(plan.warnings, *(a.migrations for a in acc))
-        return GenerateResponse(
-            **plan.envelope(), **first, model=plan.model.id,
-            created=int(time.time()), usage=usage,
-            prompt_logprobs=prompt_logprob_rows(
-                plan.prompt, scored, lambda _, lp, rank: GenerateLogprob(logprob=lp, rank=rank))
-            if scored is not None
-            else None,
-            choices=choices)
+        response = _response(plan, acc, self._count(plan, Totals.of(acc)))
+        if req.store:
+            await self._keep(plan, response, acc, caller)
+        return response
 
     async def stream(self, req: GenerateRequest, caller: Caller = ANONYMOUS,
                      ) -> StreamedResponse[GenerateStreamResponse]:
+        await self._check_store(req, caller)
         plan = await self._prepare(self.plan, req, caller)
-        return self._stream(plan, _GenerateEvents(plan), await self._start(plan))
+
+        async def keep(whole: list[ChoiceResult], usage: Usage) -> None:
+            await self._keep(plan, _response(plan, whole, usage), whole, caller)
+
+        return self._stream(plan, _GenerateEvents(plan, keep if req.store else None),
+                            await self._start(plan))
+
+    # -- store: true ----------------------------------------------------------------------------
+
+    async def _check_store(self, req: GenerateRequest, caller: Caller) -> None:
+        """`store` on a server that keeps records, with a `request_id` no record has; before
+        any work is done (the insert is still the arbiter between gateways)."""
+        if not req.store:
+            return
+        if self.stored is None:
+            raise UnsupportedParameterError("this server keeps no records (no storage)",
+                                            param="store")
+        if req.request_id is not None:
+            if "\x00" in req.request_id:
+                raise InvalidRequestError("a stored completion's id cannot hold NUL characters",
+                                          param="request_id")
+            await self.stored.check_free(f"generate-tokens-{req.request_id}", caller)
+
+    async def _keep(self, plan: _Plan, response: GenerateResponse,
+                    acc: Sequence[ChoiceResult], caller: Caller) -> None:
+        """The rollout as a stored completion: the prompt and the sampled ids (the model's:
+        the token API's ids are), each choice's stop id apart from them as chat's are, the
+        request as sent and the response as it went out; durable before the client hears the
+        response is done."""
+        assert self.stored is not None
+        await self.stored.keep(StoredCompletion(
+            id=plan.id, owner=caller.owner, model=plan.model.id, created=plan.created,
+            tokenizer_version=plan.space.model.version, template_version=None,
+            prompt_ids=plan.prompt, vocab_size=plan.model.tokenizer.vocab_size,
+            request=plan.req.model_dump(mode="json", exclude_unset=True, by_alias=True),
+            response=response.model_dump(mode="json"), metadata=plan.req.metadata or {},
+            output_ids=[list(a.ids) for a in acc], stops=stops_of(acc), endpoint="generate"))
+
+
+def _response(plan: _Plan, acc: Sequence[ChoiceResult], usage: Usage) -> GenerateResponse:
+    """The whole response of a request's finished choices."""
+    req = plan.req
+    choices = [plan.choice(i, a.ids, a.events, a.finish_reason, a.stop_reason,
+                           a.stop_event, a.weight_versions, a.routed_experts)
+               for i, a in enumerate(acc)]
+    scored = acc[0].prompt_logprobs if acc and req.sampling_params.prompt_logprobs is not None \
+        else None
+    first = plan.first()
+    first["warnings"] = migration_warnings(plan.warnings, *(a.migrations for a in acc))
+    return GenerateResponse(
+        **plan.envelope(), **first, model=plan.model.id, created=plan.created, usage=usage,
+        prompt_logprobs=prompt_logprob_rows(
+            plan.prompt, scored, lambda _, lp, rank: GenerateLogprob(logprob=lp, rank=rank))
+        if scored is not None
+        else None,
+        choices=choices)
 
 
 class _GenerateEvents:
-    """vLLM's stream (a `Family`): one event per choice and step, then usage."""
+    """vLLM's stream (a `Family`): one event per choice and step, then usage. `keep`: stores
+    the whole response before any choice's finishing event goes out."""
 
-    def __init__(self, plan: _Plan):
+    def __init__(self, plan: _Plan,
+                 keep: Callable[[list[ChoiceResult], Usage], Awaitable[None]] | None = None):
         self._plan = plan
         self._env = plan.envelope()
         self._first = plan.first()  # until the first event goes out
         self._running = RunningUsage([len(plan.prompt)] * plan.req.sampling_params.n,
                                      plan.req.stream_options)
+        self._keep = keep
+        n = plan.req.sampling_params.n
+        self._whole = [ChoiceResult() for _ in range(n)] if keep is not None else []
+        self._held: list[GenerateStreamResponse] = []  # with `keep`: each finishing event
 
     def start(self) -> list[GenerateStreamResponse]:
         return []
 
     def update(self, u: ChoiceUpdate) -> list[GenerateStreamResponse]:
+        if self._keep is not None:
+            self._whole[u.index].add(u)
         if not u.delta and u.finish_reason is None:
             return []  # prompt logprobs (not streamed, as in vLLM) or an empty step
         plan, first = self._plan, self._first
@@ -275,14 +345,22 @@ class _GenerateEvents:
             first = {**first, "warnings": migration_warnings(
                 plan.warnings if first else None, u.migrations)}
         self._first = {}
-        return [GenerateStreamResponse(**self._env, **first, choices=[choice],
-                                       usage=self._running.of(u.index))]
+        event = GenerateStreamResponse(**self._env, **first, choices=[choice],
+                                       usage=self._running.of(u.index))
+        if self._keep is not None and u.finish_reason is not None:
+            self._held.append(event)
+            return []
+        return [event]
 
     async def close(self, usage: Usage) -> list[GenerateStreamResponse]:
+        out: list[GenerateStreamResponse] = []
+        if self._keep is not None:
+            await self._keep(self._whole, usage)
+            out += self._held
         opts = self._plan.req.stream_options
         if opts is not None and opts.include_usage:
-            return [GenerateStreamResponse(**self._env, choices=[], usage=usage)]
-        return []
+            out.append(GenerateStreamResponse(**self._env, choices=[], usage=usage))
+        return out
 
     def fail(self, exc: TokenwireError) -> None:
         return None

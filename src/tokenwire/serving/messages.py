@@ -17,7 +17,7 @@ from ..protocol.common import ResponseWarning
 from ..protocol.render import MessageSpan
 from ..protocol.tools import Tool, ToolCall
 from ..tokenizers.conversions import conversion_reason
-from .template import RESERVED, RESERVED_VARIABLES, ChatTemplate, TemplateMessage
+from .template import RESERVED, RESERVED_VARIABLES, ChatTemplate, Rendered, TemplateMessage
 from .tokens import IdSpan, TokenSpace
 from .toolcalls import HERMES, ToolFormat
 
@@ -254,13 +254,45 @@ def render_messages(messages: Sequence[ChatMessage], space: TokenSpace,
     opens the reasoning and its history does not), put back before them, in no span and not
     sampled."""
     openings = openings or {}
-    enc = space.model.tokenizer.encode
     ended = {i: None if i in content_ends else _turn_end(m, i, space)
-             for i, m in enumerate(messages)}
-    native = template.renders_tools
+             for i, m in enumerate(messages)}  # each message's sampled end of turn, if any
+    tool_vars = template.client_text(fmt.template_tools(tools)) \
+        if tools and template.renders_tools else None
+    while True:
+        out, index = _template_messages(messages, space, template, tools, fmt, ended,
+                                        continue_final, openings)
+        r = template.render(out, add_generation_prompt=add_generation_prompt, tools=tool_vars,
+                            variables=variables)
+        if continue_final:
+            _cut_after_final(r, index, len(messages))
+        misplaced = _misplaced_end(r, index, ended)
+        if misplaced is None:
+            return _conversation(r, index, messages, ended, openings)
+        i, end = misplaced
+        if control_ids and not continue_final:
+            ended[i] = None  # the model sampled it mid-turn: content; render again
+            continue
+        raise InvalidRequestError(
+            f"messages[{i}].token_ids end with the control id {ended[i]}, but the "
+            "chat template does not close the turn with it there"
+            + (" (a message that ends its turn cannot be continued)"
+               if continue_final and end >= len(r.ids) else ""),
+            param=f"messages[{i}].token_ids[{len(messages[i].token_ids or []) - 1}]",
+            code="invalid_value")
+
+
+def _template_messages(messages: Sequence[ChatMessage], space: TokenSpace,
+                       template: ChatTemplate, tools: Sequence[Tool], fmt: ToolFormat,
+                       ended: Mapping[int, int | None], continue_final: bool,
+                       openings: Mapping[int, Sequence[int]]
+                       ) -> tuple[list[TemplateMessage], list[int]]:
+    """What the template renders, and the message index of each (-1: one added here, the
+    system message that gives a template that does not render tools their `fmt` text)."""
     out: list[TemplateMessage] = []
-    index: list[int] = []  # message index of each template message (-1: one we added)
-    if tools and not native:
+    index: list[int] = []
+    rest = list(enumerate(messages))
+    if tools and not template.renders_tools:
+        enc = space.model.tokenizer.encode
         system = fmt.system_text(tools)
         if messages and messages[0].role in ("system", "developer"):
             first = messages[0]
@@ -269,74 +301,93 @@ def render_messages(messages: Sequence[ChatMessage], space: TokenSpace,
             out.append(TemplateMessage(first.role, head + text_ids,
                                        **_extras(first, template)))
             index.append(0)
-            rest = list(enumerate(messages))[1:]
+            rest = rest[1:]
         else:
             out.append(TemplateMessage("system", enc(system)))
             index.append(-1)
-            rest = list(enumerate(messages))
-    else:
-        rest = list(enumerate(messages))
     for i, m in rest:
-        # a text content is encoded by the template, with the text around it (not one that
-        # gets the default tool format's text here, nor the one a continued prompt ends in)
-        hermes = not native and (bool(m.tool_calls and m.token_ids is None) or m.role == "tool")
         last = continue_final and i == len(messages) - 1
-        text = None if hermes or last else _content_text(m)
-        ids = _content_ids(m, space, ended[i] is not None) \
-            if text is None and (m.content is not None or m.token_ids is not None) else []
-        extra = _extras(m, template)
-        if m.reasoning is not None and m.token_ids is None:  # ids: the message as sampled
-            extra["reasoning_content"] = template.client_text(m.reasoning)
-        if m.tool_calls and m.token_ids is None:
-            if native:
-                extra["tool_calls"] = template.client_text(
-                    [_template_call(c, f"messages[{i}].tool_calls[{j}]")
-                     for j, c in enumerate(m.tool_calls)])
-            else:
-                tail = fmt.calls_text("", m.tool_calls)
-                ids = ids + enc(("\n" if ids else "") + tail)
-        elif m.role == "tool" and not native:
-            ids = enc(fmt.result_open) + ids + enc(fmt.result_close)
-        if i in openings:
-            ids = [*openings[i], *ids]
-        out.append(TemplateMessage(m.role, ids, text=text, **extra))
+        out.append(_template_message(i, m, space, template, fmt, ended[i] is not None, last,
+                                     openings.get(i)))
         index.append(i)
-    tool_vars = template.client_text(fmt.template_tools(tools)) if tools and native \
-        else None
-    r = template.render(out, add_generation_prompt=add_generation_prompt, tools=tool_vars,
-                        variables=variables)
-    if continue_final:
-        ends = [end for k, _, end in r.spans if index[k] == len(messages) - 1]
-        if not ends or not messages:
-            raise InvalidRequestError(
-                "continue_final_message needs a last message whose content the template "
-                "prints", param="continue_final_message", code="invalid_value")
-        cut = max(ends)
-        r.ids = r.ids[:cut]
-        r.spans = [(k, a, min(b, cut)) for k, a, b in r.spans if a < cut]
+    return out, index
+
+
+def _template_message(i: int, m: ChatMessage, space: TokenSpace, template: ChatTemplate,
+                      fmt: ToolFormat, closed: bool, last: bool,
+                      opening: Sequence[int] | None) -> TemplateMessage:
+    """Message `i` as the template reads it: its content as text or ids, its calls and its
+    other fields; `closed`: its ids end with its sampled end of turn; `last`: the continued
+    prompt ends in it; `opening`: ids put back before it (`sampled_openings`)."""
+    enc = space.model.tokenizer.encode
+    native = template.renders_tools
+    # a text content is encoded by the template, with the text around it (not one that
+    # gets the default tool format's text here, nor the one a continued prompt ends in)
+    hermes = not native and (bool(m.tool_calls and m.token_ids is None) or m.role == "tool")
+    text = None if hermes or last else _content_text(m)
+    ids = _content_ids(m, space, closed) \
+        if text is None and (m.content is not None or m.token_ids is not None) else []
+    extra = _extras(m, template)
+    if m.reasoning is not None and m.token_ids is None:  # ids: the message as sampled
+        extra["reasoning_content"] = template.client_text(m.reasoning)
+    if m.tool_calls and m.token_ids is None:
+        if native:
+            extra["tool_calls"] = template.client_text(
+                [_template_call(c, f"messages[{i}].tool_calls[{j}]")
+                 for j, c in enumerate(m.tool_calls)])
+        else:
+            tail = fmt.calls_text("", m.tool_calls)
+            ids = ids + enc(("\n" if ids else "") + tail)
+    elif m.role == "tool" and not native:
+        ids = enc(fmt.result_open) + ids + enc(fmt.result_close)
+    if opening is not None:
+        ids = [*opening, *ids]
+    return TemplateMessage(m.role, ids, text=text, **extra)
+
+
+def _cut_after_final(r: Rendered, index: Sequence[int], count: int) -> None:
+    """`continue_final`: the rendering ends where the last message's ids end."""
+    ends = [end for k, _, end in r.spans if index[k] == count - 1]
+    if not ends or not count:
+        raise InvalidRequestError(
+            "continue_final_message needs a last message whose content the template "
+            "prints", param="continue_final_message", code="invalid_value")
+    cut = max(ends)
+    r.ids = r.ids[:cut]
+    r.spans = [(k, a, min(b, cut)) for k, a, b in r.spans if a < cut]
+
+
+def _last_spans(r: Rendered, index: Sequence[int]) -> dict[int, int]:
+    """Each message's last span in the rendering, by message index."""
+    return {index[k]: n for n, (k, _, _) in enumerate(r.spans)}
+
+
+def _misplaced_end(r: Rendered, index: Sequence[int],
+                   ended: Mapping[int, int | None]) -> tuple[int, int] | None:
+    """The first message (its index, and where its last span ends) whose ids end with its
+    sampled end of turn where the template does not close the turn with that id."""
+    last_span = _last_spans(r, index)
+    for n, (k, _, end) in enumerate(r.spans):
+        i = index[k]
+        if i >= 0 and ended[i] is not None and last_span[i] == n \
+                and (end >= len(r.ids) or r.ids[end] != ended[i]):
+            return i, end
+    return None
+
+
+def _conversation(r: Rendered, index: Sequence[int], messages: Sequence[ChatMessage],
+                  ended: Mapping[int, int | None],
+                  openings: Mapping[int, Sequence[int]]) -> Conversation:
+    """The rendering's spans by message (a sampled end of turn in its message's span, an
+    opening put back out of it) and its sampled ids."""
     sampled = [0] * len(r.ids)
     spans = []
-    last_span = {index[k]: n for n, (k, _, _) in enumerate(r.spans)}
+    last_span = _last_spans(r, index)
     for n, (k, start, end) in enumerate(r.spans):
         i = index[k]
         if i < 0:
             continue
-        closer = ended[i]
-        if closer is not None and last_span[i] == n:
-            if end >= len(r.ids) or r.ids[end] != closer:
-                if control_ids and not continue_final:  # the model sampled it mid-turn
-                    return render_messages(
-                        messages, space, template, tools=tools,
-                        add_generation_prompt=add_generation_prompt, variables=variables,
-                        control_ids=True, content_ends=content_ends | {i}, fmt=fmt,
-                        openings=openings)
-                raise InvalidRequestError(
-                    f"messages[{i}].token_ids end with the control id {closer}, but the "
-                    "chat template does not close the turn with it there"
-                    + (" (a message that ends its turn cannot be continued)"
-                       if continue_final and end >= len(r.ids) else ""),
-                    param=f"messages[{i}].token_ids[{len(messages[i].token_ids or []) - 1}]",
-                    code="invalid_value")
+        if ended[i] is not None and last_span[i] == n:
             end += 1  # the template's end of turn is the id the model sampled
         start += len(openings.get(i, ()))
         spans.append((i, start, end))

@@ -1,9 +1,13 @@
 """Stored chat completions (`store: true`), read back as OpenAI's endpoints have them.
 
 A record keeps the request as it was sent, the response as it went out, and the ids of both
-sides in the model's version: the prompt, each choice's sampled ids, and where each message's
-content went in the prompt. So every read can return ids without encoding anything
-(`format=tokens`), text (decoding only what was kept as ids alone), or both.
+sides in the model's version: the prompt, each choice's sampled ids and the id that ended it,
+and where each message's content went in the prompt. So every read can return ids without
+encoding anything (`format=tokens`), text (decoding only what was kept as ids alone), or both.
+
+A rollout of vLLM's token API (`POST /inference/v1/generate` with `store: true`) is kept the
+same way, its request and response vLLM's; these endpoints read it as a chat completion of its
+prompt ids (no messages), so it is listed, its reward set and deleted like any other.
 """
 
 from __future__ import annotations
@@ -25,9 +29,40 @@ from ..storage import Store, StoredCompletion
 from ..tokenizers.base import Tokenizer
 from ..tokenizers.conversions import conversion_reason
 from ..tokenizers.registry import TokenizerRegistry
+from .generation import ChoiceResult
 from .service import Caller
 
-__all__ = ["StoredCompletions"]
+__all__ = ["StoredCompletions", "stops_of"]
+
+
+def stops_of(results: Sequence[ChoiceResult]) -> list[tuple[int, float | None] | None]:
+    """Each choice's stop as a record keeps it (`StoredCompletion.stops`): the id that ended
+    it and its logprob, whatever the response showed."""
+    return [(r.stop_event.token_id, r.stop_event.logprob) if r.stop_event is not None else None
+            for r in results]
+
+
+def _generate_as_chat(record: StoredCompletion) -> dict[str, Any]:
+    """A stored `/inference/v1/generate` rollout as a chat completion (what the stored
+    completions' endpoints return): each choice's sampled ids as `token_ids` (the stop id as
+    `stop_reason`, its logprob as `stop_logprob`, chat's shape), no text and no logprobs (the
+    stored vLLM response keeps them: `tokenwire export-rollouts` reads them)."""
+    resp = record.response
+    choices = []
+    for c in resp.get("choices", []):
+        i = c["index"]
+        ids = record.output_ids[i] if i < len(record.output_ids) else []
+        stop = record.stops[i] if i < len(record.stops) else None
+        choices.append({
+            "index": i, "message": {"role": "assistant", "content": None},
+            "finish_reason": c.get("finish_reason"), "token_ids": ids,
+            "stop_reason": stop[0] if stop is not None else c.get("stop_reason"),
+            "stop_logprob": stop[1] if stop is not None else None,
+            "weight_versions": c.get("weight_versions")})
+    return {"id": record.id, "object": "chat.completion", "created": record.created,
+            "model": record.model, "choices": choices, "usage": resp.get("usage"),
+            "prompt_token_ids": record.prompt_ids, "tokenizer_version": record.tokenizer_version,
+            "token_ids_source": "sampled"}
 
 
 class StoredCompletions:
@@ -58,7 +93,8 @@ class StoredCompletions:
         """The stored response (with its metadata); `fmt` sets which of text and ids it
         carries: ids are the model's (the record's version), text is decoded where the
         response went out as ids alone."""
-        body: dict[str, Any] = copy.deepcopy(record.response)
+        body: dict[str, Any] = _generate_as_chat(record) if record.endpoint == "generate" \
+            else copy.deepcopy(record.response)
         body["metadata"] = record.metadata
         if fmt is None:
             return ChatCompletion.model_validate(body)

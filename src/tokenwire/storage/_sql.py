@@ -104,18 +104,24 @@ MIGRATIONS: list[tuple[str, ...]] = [
     # 5: the retention sweep deletes by age (`storage_retention_days`)
     ("CREATE INDEX completions_by_created ON completions (created)",
      "CREATE INDEX responses_by_created ON responses (created)"),
+    # 6: each choice's stop id and its logprob (JSON, kept whatever the response showed), and
+    # the API that made the record (`generate`: vLLM's token API); rows from before hold NULL
+    # (chat completions, whose stop ids only their responses name)
+    ("ALTER TABLE completions ADD COLUMN stops TEXT",
+     "ALTER TABLE completions ADD COLUMN endpoint TEXT"),
 ]
 """Step n brings the schema from version n - 1 to n, in one transaction. Append; never edit."""
 
 _COMPLETION = ("owner, id, model, created, tokenizer_version, template_version, vocab_size, "
-               "width, prompt_ids, request, response, metadata, output_ids, output_lengths, spans")
+               "width, prompt_ids, request, response, metadata, output_ids, output_lengths, spans, "
+               "stops, endpoint")
 _RESPONSE = ("owner, id, model, created, tokenizer_version, template_version, vocab_size, "
              "width, prompt_ids, output_ids, previous_id, messages, input_items, request, "
              "response")
 _DOCUMENT = "owner, id, created, tokenizer_version, vocab_size, width, ids, count"
 
 INSERT_COMPLETION = (f"INSERT INTO completions ({_COMPLETION}) "
-                     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+                     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
 GET_COMPLETION = f"SELECT {_COMPLETION} FROM completions WHERE owner = ? AND id = ?"
 SEQ_OF_COMPLETION = "SELECT seq FROM completions WHERE owner = ? AND id = ?"
 UPDATE_METADATA = (f"UPDATE completions SET metadata = ? WHERE owner = ? AND id = ? "
@@ -183,12 +189,13 @@ def completion_params(r: StoredCompletion) -> tuple[Any, ...]:
     out, _ = pack([t for ids in r.output_ids for t in ids], r.vocab_size)
     return (r.owner, r.id, r.model, r.created, r.tokenizer_version, r.template_version,
             r.vocab_size, width, ids, dumps(r.request), dumps(r.response), dumps(r.metadata),
-            out, dumps([len(ids) for ids in r.output_ids]), dumps(r.spans))
+            out, dumps([len(ids) for ids in r.output_ids]), dumps(r.spans), dumps(r.stops),
+            r.endpoint)
 
 
 def completion_from_row(row: Sequence[Any]) -> StoredCompletion:
     (owner, id, model, created, tokenizer_version, template_version, vocab_size, width, ids,
-     request, response, metadata, out, lengths, spans) = row
+     request, response, metadata, out, lengths, spans, stops, endpoint) = row
     flat = unpack(bytes(out), width) if out is not None else []
     outputs, start = [], 0
     for n in json.loads(lengths) if lengths is not None else []:
@@ -200,6 +207,9 @@ def completion_from_row(row: Sequence[Any]) -> StoredCompletion:
         vocab_size=vocab_size, request=json.loads(request), response=json.loads(response),
         metadata=json.loads(metadata), output_ids=outputs,
         spans=[(i, a, b) for i, a, b in json.loads(spans)] if spans is not None else [],
+        stops=[None if s is None else (s[0], s[1]) for s in json.loads(stops)]
+        if stops is not None else [],
+        endpoint=endpoint or "chat.completions",
     )
 
 

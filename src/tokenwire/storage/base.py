@@ -14,7 +14,11 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-__all__ = ["Document", "Page", "Store", "StoredCompletion", "StoredResponse", "owner_of"]
+__all__ = ["Document", "Endpoint", "Page", "Store", "StoredCompletion", "StoredResponse",
+           "owner_of"]
+
+Endpoint = Literal["chat.completions", "generate"]
+"""Which API made a stored completion."""
 
 
 def owner_of(api_key: str | None) -> str:
@@ -37,8 +41,9 @@ class Document:
 
 @dataclass(frozen=True)
 class StoredCompletion:
-    """A chat completion kept with `store: true`: the request and the response as they went
-    over the wire (JSON), and the ids of both sides in `tokenizer_version`."""
+    """A completion kept with `store: true` (a chat completion, or a rollout of vLLM's token
+    API): the request and the response as they went over the wire (JSON), and the ids of both
+    sides in `tokenizer_version`."""
 
     id: str
     owner: str
@@ -58,6 +63,15 @@ class StoredCompletion:
     spans: list[tuple[int, int, int]] = field(default_factory=list)
     """(message index, start, end): where each request message's content went in
     `prompt_ids` (the stored messages' ids, read without decoding)."""
+    stops: list[tuple[int, float | None] | None] = field(default_factory=list)
+    """Each choice's stop: the end-of-generation id that ended it, as the engine sampled it (in
+    `tokenizer_version`; it is not in `output_ids`), and its logprob (None where the request
+    asked for none); None where no id ended the choice (`max_tokens`, a stop string). Kept
+    whatever the response showed. [] in records stored before schema version 6."""
+    endpoint: Endpoint = "chat.completions"
+    """The API that made it: `chat.completions` (`POST /v1/chat/completions`), or `generate`
+    (`POST /inference/v1/generate`: `request` and `response` are vLLM's token API's, the prompt
+    was sent as ids, so there are no messages and no `spans`)."""
 
 
 @dataclass(frozen=True)

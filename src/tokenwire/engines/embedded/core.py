@@ -34,10 +34,11 @@ from ..base import ControlCall, EngineEvent, FinishEvent, SamplingParams
 from ._wire import Failure, frame, read_frame
 
 if TYPE_CHECKING:  # llama.cpp is loaded by the engine process only, never the HTTP ones
+    from ...tokenizers.hf import HFTokenizer
     from ..cpu import CpuBackend
     from ..llamacpp import LlamaCppEngine
 
-__all__ = ["CoreConfig", "FAULT_ENV", "START_ENV", "main"]
+__all__ = ["CoreConfig", "FAULT_ENV", "START_ENV", "llama_engine", "main"]
 
 log = logging.getLogger("tokenwire.engine")
 
@@ -275,18 +276,26 @@ class _Core:
         tmp.replace(path)
 
 
+def llama_engine(config: CoreConfig, tokenizer: HFTokenizer | None = None) -> LlamaCppEngine:
+    """The one place a `LlamaCppEngine` is built from settings (`core_config`'s): here, in
+    the engine process, and in the HTTP process where `engine_process` is off
+    (engines/factories.py). The CPU backend (`config.cpu_variant`) must be loaded first."""
+    from ..llamacpp import LlamaCppEngine
+
+    return LlamaCppEngine(
+        config.model, model_id=config.model_id, max_model_len=config.max_model_len,
+        n_parallel=config.n_parallel, n_batch=config.n_batch, n_threads=config.n_threads,
+        max_queued=config.max_queued, tokenizer=tokenizer, prefix_cache=config.prefix_cache,
+        deterministic=config.deterministic, logprobs_mode=config.logprobs_mode,
+        sampling_mask=config.sampling_mask)
+
+
 async def _run(config: CoreConfig) -> None:
     from ..cpu import load_cpu_backend
-    from ..llamacpp import LlamaCppEngine
 
     backend = load_cpu_backend(config.cpu_variant)
     _say(stage="loading", backend=backend.describe())
-    engine = LlamaCppEngine(
-        config.model, model_id=config.model_id, max_model_len=config.max_model_len,
-        n_parallel=config.n_parallel, n_batch=config.n_batch, n_threads=config.n_threads,
-        max_queued=config.max_queued, prefix_cache=config.prefix_cache,
-        deterministic=config.deterministic, logprobs_mode=config.logprobs_mode,
-        sampling_mask=config.sampling_mask)
+    engine = llama_engine(config)
     await engine.start()
     _say(stage="self-check", backend=backend.describe())
     await _self_check(engine)

@@ -1,6 +1,6 @@
 """A `Grammar`'s tagged spans in xgrammar's `structural_tag` JSON: what vLLM and SGLang read
 (both compile it with xgrammar), and what the render endpoint shows as the request's
-`structured_outputs` (serving/chat.py)."""
+`structured_outputs` (serving/chat_render.py)."""
 
 from __future__ import annotations
 

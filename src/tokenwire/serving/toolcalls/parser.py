@@ -1,8 +1,10 @@
 """Tool calls out of sampled text, incrementally, without touching the ids.
 
-One state machine serves every format (serving/toolcalls/: a format is a handful of regular
-expressions) and both streams and whole responses (a whole response is one push), so both
-classify the same text the same way. The text is split into content, call pieces (a call's
+One state machine serves every format (`ParserBase`: the text, the triggers, the ids; a format
+adds the steps of its own states: `ToolCallParser`'s, for the formats that are a handful of
+regular expressions, serving/toolcalls/; qwen3_xml.py's, for calls written as XML) and both
+streams and whole responses (a whole response is one push), so both classify the same text the
+same way. The text is split into content, call pieces (a call's
 name, then its arguments JSON text exactly as sampled, in pieces) and the format's syntax
 (markers, the head that names the function, separators, whitespace around calls). Each sampled
 token's ids go out with the update that classifies the last of its text, so every update's ids are
@@ -26,7 +28,8 @@ from typing import Any, Protocol
 from ...engines.base import TokenEvent
 from ..output import Delta
 
-__all__ = ["CallParser", "CallPiece", "CallSyntax", "ParsedCall", "ParsedDelta", "ToolCallParser"]
+__all__ = ["CallParser", "CallPiece", "CallSyntax", "ParsedCall", "ParsedDelta", "ParserBase",
+           "ToolCallParser"]
 
 
 @dataclass
@@ -97,10 +100,17 @@ class CallSyntax(Protocol):
     def whole_call(self, body: str) -> tuple[str, str] | None: ...
 
 
-_TEXT, _OPEN, _HEAD, _ARGS, _TAIL, _AFTER = range(6)
+_TEXT, _OPEN = 0, 1
+"""The states every format's parser has: text, and a trigger that may open a call; each
+format's own states follow (from 2 on)."""
 
 
-class ToolCallParser:
+class ParserBase:
+    """The plumbing every format's parser shares: text pushed, classified by the format's state
+    machine (`_steps`, one step per state, run until none makes progress), each token's ids
+    released with the update that classifies the last of its text; content and the triggers
+    that may open a call; the end of the text."""
+
     def __init__(self, fmt: CallSyntax):
         self._f = fmt
         self._state = _TEXT
@@ -113,12 +123,6 @@ class ToolCallParser:
         self.calls: list[ParsedCall] = []
         self._after_call = False  # whitespace right after a call is syntax
         self._last_call = False  # the last thing classified was a call (not content)
-        # JSON scanning state of the arguments value
-        self._depth = 0
-        self._in_str = False
-        self._esc = False
-        self._started = False
-        self._nested = False
 
     # -- the interface ------------------------------------------------------------------------
 
@@ -129,7 +133,7 @@ class ToolCallParser:
         if delta.ids:
             self._pending.append((self._seen, list(delta.ids), list(delta.events)))
         out = ParsedDelta()
-        self._drain(out, final=False)
+        self._drain(out)
         out = self._with_ids(out)
         if last:
             tail = self.finish()
@@ -139,29 +143,37 @@ class ToolCallParser:
 
     def finish(self) -> ParsedDelta:
         out = ParsedDelta()
-        self._drain(out, final=True)
-        if self._state == _TAIL:  # no end of the call: what follows the arguments is text
-            self._state, self._buf = _TEXT, self._tail_text(self._buf)
-            self._after_call = True
-            self._drain(out, final=True)
+        self._drain(out)
+        self._settle(out)
         buf, self._buf = self._buf, ""
         if self._state == _TEXT:
             if buf and not (self._after_call or (self._last_call and not buf.strip())):
                 self._content(out, buf)
-        elif self._state in (_OPEN, _HEAD):
+        elif self._state == _OPEN:
             self._content(out, self._held + buf)  # a marker with no call after it: text
-        elif self._state == _ARGS:
-            self._args(out, buf)  # cut short (length): the arguments as far as they got
-        elif self._state == _AFTER:  # after a call: a separator is syntax, the rest text
-            sep = self._f.sep.match(buf)
-            rest = buf[sep.end():] if sep is not None else buf
-            if rest.strip() and not (self._f.close is not None
-                                     and self._f.close.fullmatch(rest, partial=True)):
-                self._content(out, rest.strip())
+        else:
+            self._cut_short(out, buf)
         self._state, self._held = _TEXT, ""
         return self._with_ids(out)
 
-    # -- internals ----------------------------------------------------------------------------
+    # -- what a format's parser gives ---------------------------------------------------------
+
+    def _steps(self) -> dict[int, Callable[[ParsedDelta], None]]:
+        """The step of each state: a format's parser adds those of its own states."""
+        return {_TEXT: self._text, _OPEN: self._open}
+
+    def _open(self, out: ParsedDelta) -> None:
+        """After a trigger: a call's opening, or `_not_a_call`."""
+        raise NotImplementedError
+
+    def _settle(self, out: ParsedDelta) -> None:
+        """At the end of the text, before what is left is classified."""
+
+    def _cut_short(self, out: ParsedDelta, buf: str) -> None:
+        """The text ended in a state of the format's own (from 2 on), `buf` left."""
+        raise NotImplementedError
+
+    # -- the plumbing -------------------------------------------------------------------------
 
     def _with_ids(self, out: ParsedDelta) -> ParsedDelta:
         released = self._seen - len(self._buf) - len(self._held)
@@ -188,14 +200,17 @@ class ToolCallParser:
                                    arguments=arguments))
         self._held, self._last_call = "", True
 
-    def _drain(self, out: ParsedDelta, *, final: bool) -> None:
-        step = {_TEXT: self._text, _OPEN: self._open, _HEAD: self._head, _ARGS: self._args_step,
-                _TAIL: self._tail, _AFTER: self._after}
+    def _drain(self, out: ParsedDelta) -> None:
+        step = self._steps()
         while self._buf:
             before = (self._state, len(self._buf))
             step[self._state](out)
             if (self._state, len(self._buf)) == before:
                 return  # waiting for more text
+
+    def _calls_end(self) -> None:
+        """What follows is text (whitespace first: syntax)."""
+        self._state, self._after_call = _TEXT, True
 
     def _not_a_call(self, out: ParsedDelta) -> None:
         """The trigger opened no call: it is the model's text; look on after it."""
@@ -236,6 +251,45 @@ class ToolCallParser:
         if free:
             self._content(out, free)
             self._buf = buf[len(free):]
+
+
+_HEAD, _ARGS, _TAIL, _AFTER = range(2, 6)
+
+
+class ToolCallParser(ParserBase):
+    """The formats whose calls are a head that names the function and its arguments as
+    sampled (JSON), between markers: Hermes, Mistral, DeepSeek, Llama 3's JSON."""
+
+    def __init__(self, fmt: CallSyntax):
+        super().__init__(fmt)
+        # JSON scanning state of the arguments value
+        self._depth = 0
+        self._in_str = False
+        self._esc = False
+        self._started = False
+        self._nested = False
+
+    def _steps(self) -> dict[int, Callable[[ParsedDelta], None]]:
+        return {**super()._steps(), _HEAD: self._head, _ARGS: self._args_step,
+                _TAIL: self._tail, _AFTER: self._after}
+
+    def _settle(self, out: ParsedDelta) -> None:
+        if self._state == _TAIL:  # no end of the call: what follows the arguments is text
+            self._state, self._buf = _TEXT, self._tail_text(self._buf)
+            self._after_call = True
+            self._drain(out)
+
+    def _cut_short(self, out: ParsedDelta, buf: str) -> None:
+        if self._state == _HEAD:
+            self._content(out, self._held + buf)  # a marker with no call after it: text
+        elif self._state == _ARGS:
+            self._args(out, buf)  # cut short (length): the arguments as far as they got
+        elif self._state == _AFTER:  # after a call: a separator is syntax, the rest text
+            sep = self._f.sep.match(buf)
+            rest = buf[sep.end():] if sep is not None else buf
+            if rest.strip() and not (self._f.close is not None
+                                     and self._f.close.fullmatch(rest, partial=True)):
+                self._content(out, rest.strip())
 
     def _open(self, out: ParsedDelta) -> None:
         m = self._f.open.match(self._buf, partial=True)
@@ -344,7 +398,8 @@ class ToolCallParser:
             return
         if end < 0:
             self._content(out, self._tail_text(self._buf))
-            self._buf, self._state, self._after_call = "", _TEXT, True
+            self._buf = ""
+            self._calls_end()
             return
         self._content(out, self._tail_text(self._buf[:end]))
         self._buf = self._buf[end + len(end_mark or ""):]
@@ -361,7 +416,7 @@ class ToolCallParser:
         c = self._f.close.match(self._buf, partial=True) if self._f.close else None
         if c is not None and not c.partial:
             self._buf = self._buf[c.end():]
-            self._state, self._after_call = _TEXT, True
+            self._calls_end()
             return
         if (m is not None or c is not None) and self._buf.strip():
             return  # may still be either
@@ -369,4 +424,4 @@ class ToolCallParser:
             if self._f.close is None:
                 self._buf = ""  # whitespace after a call: syntax
             return
-        self._state, self._after_call = _TEXT, True
+        self._calls_end()

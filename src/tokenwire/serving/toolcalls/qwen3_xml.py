@@ -20,137 +20,54 @@ optional ones may follow); a value there is one of its `enum`, or text without `
 from __future__ import annotations
 
 import json
-from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import regex
 
-from ...engines.base import Grammar, TokenEvent
-from ..output import Delta
+from ...engines.base import Grammar
 from .format import ToolFormat, call_id
-from .parser import CallPiece, ParsedCall, ParsedDelta
+from .parser import ParsedDelta, ParserBase
 
 __all__ = ["QWEN3_XML", "XmlCallParser"]
 
-_TEXT, _CALL, _PARAMS, _VALUE = range(4)
+_PARAMS, _VALUE = range(2, 4)
 _CALL_RE = regex.compile(r"<tool_call>\s*<function=(?P<name>[^>\n]+)>\s*")
 _PARAM_RE = regex.compile(r"<parameter=(?P<name>[^>\n]+)>\n?")
 _FUNC_END_RE = regex.compile(r"</function>\s*</tool_call>")
 _PARAM_END = "</parameter>"
 
 
-class XmlCallParser:
-    """The same interface as `ToolCallParser` (push, finish, calls) for the XML shape."""
+class XmlCallParser(ParserBase):
+    """The shared parser (push, finish, calls; text, triggers and ids in `ParserBase`) with the
+    XML shape's own steps: a call's head, its parameters, each value."""
 
     def __init__(self, fmt: ToolFormat):
-        self._f = fmt
-        self._state = _TEXT
-        self._buf = ""
-        self._held = ""  # a call's syntax so far, content again if no call follows
-        self._seen = 0
-        self._pending: deque[tuple[int, list[int], list[TokenEvent]]] = deque()
-        self.calls: list[ParsedCall] = []
+        super().__init__(fmt)
         self._first_param = True
-        self._after_call = False
-        self._last_call = False
 
-    def push(self, delta: Delta, *, last: bool = False) -> ParsedDelta:
-        self._buf += delta.text
-        self._seen += len(delta.text)
-        if delta.ids:
-            self._pending.append((self._seen, list(delta.ids), list(delta.events)))
-        out = ParsedDelta()
-        self._drain(out)
-        out = self._with_ids(out)
-        if last:
-            tail = self.finish()
-            out = ParsedDelta(out.content + tail.content, out.calls + tail.calls,
-                              out.ids + tail.ids, out.events + tail.events)
-        return out
+    def _steps(self) -> dict[int, Callable[[ParsedDelta], None]]:
+        return {**super()._steps(), _PARAMS: self._params, _VALUE: self._value}
 
-    def finish(self) -> ParsedDelta:
-        out = ParsedDelta()
-        buf, self._buf = self._buf, ""
-        if self._state == _TEXT:
-            if buf and not (self._after_call or (self._last_call and not buf.strip())):
-                self._content(out, buf)
-        elif self._state == _CALL:
-            self._content(out, self._held + buf)  # a tag with no call after it: text
-        elif self._state == _VALUE:  # cut short: the value as far as it got
-            self._piece(out, json.dumps(buf.removesuffix("\n"), ensure_ascii=False)[1:-1]
-                        + '"}')
+    def _cut_short(self, out: ParsedDelta, buf: str) -> None:
+        if self._state == _VALUE:  # cut short: the value as far as it got
+            self._args(out, json.dumps(buf.removesuffix("\n"), ensure_ascii=False)[1:-1]
+                       + '"}')
         elif self._state == _PARAMS:  # cut short between parameters
-            self._piece(out, "}")
-        self._state, self._held = _TEXT, ""
-        return self._with_ids(out)
+            self._args(out, "}")
 
-    # -- internals ----------------------------------------------------------------------------
-
-    def _with_ids(self, out: ParsedDelta) -> ParsedDelta:
-        released = self._seen - len(self._buf) - len(self._held)
-        while self._pending and self._pending[0][0] <= released:
-            _, ids, events = self._pending.popleft()
-            out.ids += ids
-            out.events += events
-        return out
-
-    def _content(self, out: ParsedDelta, text: str) -> None:
-        if text:
-            out.content += text
-            self._last_call = False
-
-    def _piece(self, out: ParsedDelta, text: str) -> None:
-        if text:
-            self.calls[-1].arguments += text
-            out.calls.append(CallPiece(len(self.calls) - 1, arguments=text))
-
-    def _drain(self, out: ParsedDelta) -> None:
-        step = {_TEXT: self._text, _CALL: self._call, _PARAMS: self._params,
-                _VALUE: self._value}
-        while self._buf:
-            before = (self._state, len(self._buf))
-            step[self._state](out)
-            if (self._state, len(self._buf)) == before:
-                return
-
-    def _text(self, out: ParsedDelta) -> None:
-        buf = self._buf
-        if self._after_call:
-            stripped = buf.lstrip()
-            if not stripped:
-                self._buf = ""
-                return
-            self._buf = buf = stripped
-            self._after_call = False
-        at = buf.find("<tool_call>")
-        if at >= 0:
-            core = buf[:at].rstrip()
-            self._content(out, core)
-            self._held, self._buf, self._state = buf[len(core):at], buf[at:], _CALL
-            return
-        keep = next((n for n in range(min(len(buf), 10), 0, -1)
-                     if "<tool_call>".startswith(buf[-n:])), 0)
-        free = buf[:len(buf) - keep].rstrip()
-        if free:
-            self._content(out, free)
-            self._buf = buf[len(free):]
-
-    def _call(self, out: ParsedDelta) -> None:
+    def _open(self, out: ParsedDelta) -> None:
         m = _CALL_RE.match(self._buf, partial=True)
         if m is not None and m.partial:
             return
         if m is None:  # not a call: the tag is the model's text
-            self._content(out, self._held + "<tool_call>")
-            self._held, self._buf, self._state = "", self._buf[len("<tool_call>"):], _TEXT
+            self._not_a_call(out)
             return
-        call = ParsedCall(self._f.call_id(), m.group("name").strip())
-        self.calls.append(call)
-        out.calls.append(CallPiece(len(self.calls) - 1, id=call.id, name=call.name))
-        self._held, self._last_call, self._first_param = "", True, True
+        self._call(out, m.group("name").strip())
+        self._first_param = True
         self._buf, self._state = self._buf[m.end():], _PARAMS
-        self._piece(out, "{")
+        self._args(out, "{")
 
     def _params(self, out: ParsedDelta) -> None:
         self._buf = self._buf.lstrip()  # whitespace between parameters: markup
@@ -162,27 +79,28 @@ class XmlCallParser:
             return  # the markup's newline may come next
         if m is not None and not m.partial:
             key = json.dumps(m.group("name").strip(), ensure_ascii=False)
-            self._piece(out, ("" if self._first_param else ", ") + f'{key}: "')
+            self._args(out, ("" if self._first_param else ", ") + f'{key}: "')
             self._first_param = False
             self._buf, self._state = self._buf[m.end():], _VALUE
             return
         e = _FUNC_END_RE.match(self._buf, partial=True)
         if e is not None and not e.partial:
-            self._piece(out, "}")
-            self._buf, self._state, self._after_call = self._buf[e.end():], _TEXT, True
+            self._args(out, "}")
+            self._buf = self._buf[e.end():]
+            self._calls_end()
             return
         if m is not None or e is not None:
             return  # either may still complete
         # anything else inside a call: the call ends there, the rest is the model's text
-        self._piece(out, "}")
-        self._state, self._after_call = _TEXT, True
+        self._args(out, "}")
+        self._calls_end()
 
     def _value(self, out: ParsedDelta) -> None:
         buf = self._buf
         at = buf.find(_PARAM_END)
         if at >= 0:
-            self._piece(out, json.dumps(buf[:at].removesuffix("\n"), ensure_ascii=False)[1:-1]
-                        + '"')
+            self._args(out, json.dumps(buf[:at].removesuffix("\n"), ensure_ascii=False)[1:-1]
+                       + '"')
             self._buf, self._state = buf[at + len(_PARAM_END):].lstrip(), _PARAMS
             return
         # hold what may start the end tag, and a newline that may be the markup's
@@ -192,7 +110,7 @@ class XmlCallParser:
         if body.endswith("\n"):
             body = body[:-1]
         if body:
-            self._piece(out, json.dumps(body, ensure_ascii=False)[1:-1])
+            self._args(out, json.dumps(body, ensure_ascii=False)[1:-1])
             self._buf = buf[len(body):]
 
 
