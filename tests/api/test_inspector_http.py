@@ -17,7 +17,7 @@ from tokenwire.tokenizers.hf import HFTokenizer
 
 pytestmark = pytest.mark.anyio
 
-STATIC = Path(__file__).parents[2] / "src" / "tokenwire" / "server" / "static" / "inspector"
+STATIC = Path(__file__).parents[2] / "src" / "tokenwire" / "api" / "static" / "inspector"
 
 
 def error_of(r: httpx.Response, status: int) -> dict[str, Any]:
