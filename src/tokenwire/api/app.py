@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import logging
 from collections.abc import AsyncIterator
 
@@ -27,6 +28,7 @@ from ..serving.loader import load_models
 from ..serving.models import ModelRegistry
 from ..serving.responses import ResponsesService, StoredResponses
 from ..serving.stored_completions import StoredCompletions
+from ..serving.tinker import TinkerService
 from ..serving.tokenize import TokenizeService
 from ..storage import Store, open_store
 from ..storage.retention import expire_forever
@@ -39,6 +41,7 @@ from .loop import upkeep
 from .middleware import ApiKeyAuth, BodyLimit, RequestMetrics
 from .records import record_routes
 from .routes import routes
+from .tinker import tinker_routes
 
 __all__ = ["create_app"]
 
@@ -100,11 +103,14 @@ def create_app(settings: Settings | None = None, *, models: ModelRegistry | None
                 metrics.close()
             for m in models.all():
                 await m.engine.aclose()
+            if app.state.tinker is not None:
+                await app.state.tinker.aclose()
             if store is not None:
                 await store.aclose()
             thaw_heap()
 
-    served = [*routes, *record_routes, *docs_routes, *inspector_routes, *control_routes]
+    served = [*routes, *record_routes, *docs_routes, *inspector_routes, *control_routes,
+              *tinker_routes]
     app = Starlette(
         routes=served, exception_handlers=exception_handlers, lifespan=lifespan,
         # outermost first: every answer is counted, refusals included; a request without a
@@ -135,7 +141,13 @@ def create_app(settings: Settings | None = None, *, models: ModelRegistry | None
                                          chat=app.state.chat, tokenize=app.state.tokenize)
     app.state.control = ControlService(models, settings)
     app.state.inspect = InspectService(tokenizers, app.state.chat)
+    app.state.tinker = TinkerService(models, app.state.generate) if _has_tinker() else None
     return app
+
+
+def _has_tinker() -> bool:
+    """Tinker's API is served where its schema is installed (the `tinker` extra)."""
+    return importlib.util.find_spec("tinker") is not None
 
 
 async def _refresh(metrics: Metrics) -> None:

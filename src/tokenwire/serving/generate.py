@@ -251,6 +251,20 @@ class GenerateService(GenerationService):
             await self._keep(plan, response, acc, caller)
         return response
 
+    async def planned(self, req: GenerateRequest, caller: Caller = ANONYMOUS) -> Plan:
+        """The request checked and planned, nothing run yet (an API that answers later, as
+        Tinker's futures do, refuses bad input before it answers)."""
+        return await self._prepare(self.plan, req, caller)
+
+    async def finished(self, plan: Plan) -> list[ChoiceResult]:
+        """A planned request's choices, whole: the same engine call as `create`'s, for an
+        API that writes its own answer (Tinker's `SampleResponse`)."""
+        assert isinstance(plan, _Plan)
+        acc = await self._whole(lambda: self._start(plan, whole=True),
+                                plan.req.sampling_params.n)
+        self._count(plan, Totals.of(acc))
+        return acc
+
     async def stream(self, req: GenerateRequest, caller: Caller = ANONYMOUS,
                      ) -> StreamedResponse[GenerateStreamResponse]:
         await self._check_store(req, caller)
