@@ -55,6 +55,23 @@ from ..protocol.storage import (
     StoredMessageList,
     UpdateCompletion,
 )
+from ..protocol.tinker import (
+    ClientConfig,
+    CreateSamplingSession,
+    CreateSamplingSessionAnswer,
+    CreateSession,
+    CreateSessionAnswer,
+    DynamicConfig,
+    FutureRequest,
+    RequestFailed,
+    SampleRequest,
+    SamplerInfo,
+    SdkVersion,
+    ServerCapabilities,
+    SessionCall,
+    TryAgain,
+    UntypedFuture,
+)
 from ..protocol.tokenize import (
     DetokenizeRequest,
     DetokenizeResponse,
@@ -125,6 +142,49 @@ _TOKENIZER_HEADERS = {
 }
 
 #: (method, Starlette path) -> what it takes and answers
+_OK: Mapping[str, Any] = {"200": {"description": "Accepted",
+                                 "content": {"application/json": {"schema": {"type": "object"}}}}}
+_TINKER: dict[tuple[str, str], Endpoint] = {
+    ("POST", "/api/v1/client/config"): Endpoint(
+        "Tinker's SDK: its client config (no JWT, futures polled one by one)", SdkVersion,
+        ClientConfig, errors=(400,)),
+    ("POST", "/api/v1/client/dynamic_config"): Endpoint(
+        "Tinker's SDK: its dynamic config (no cancelling)", SdkVersion, DynamicConfig),
+    ("GET", "/api/v1/get_server_capabilities"): Endpoint(
+        "Tinker's SDK: the served models, as base models", response=ServerCapabilities,
+        errors=(400,)),
+    ("POST", "/api/v1/create_session"): Endpoint(
+        "Tinker's SDK: a session (an id)", CreateSession, CreateSessionAnswer, errors=(400,)),
+    ("POST", "/api/v1/session_heartbeat"): Endpoint(
+        "Tinker's SDK: a session's heartbeat, accepted", SessionCall, raw=_OK),
+    ("POST", "/api/v1/sessions/{session_id}/finish"): Endpoint(
+        "Tinker's SDK: a session's end, accepted", SessionCall, raw=_OK),
+    ("POST", "/api/v1/create_sampling_session"): Endpoint(
+        "Tinker's SDK: a sampling session on a served model", CreateSamplingSession,
+        CreateSamplingSessionAnswer, errors=(400, 404)),
+    ("GET", "/api/v1/samplers/{sampler_id}"): Endpoint(
+        "Tinker's SDK: a sampling session's model", response=SamplerInfo, errors=(400, 404)),
+    ("POST", "/api/v1/asample"): Endpoint(
+        "Tinker's SDK: a sample, checked and started; answers its future's id", SampleRequest,
+        UntypedFuture, errors=(400, 404, 429, 503)),
+    ("POST", "/api/v1/retrieve_future"): Endpoint(
+        "Tinker's SDK: a future, waited for up to 25 s", FutureRequest, errors=(400,), raw={
+            "200": {"description": "The finished sample (tinker_public.SampleResponse, "
+                                   "protobuf), or JSON: try_again, or a failure",
+                    "content": {"application/x-protobuf": {"schema": {
+                                    "type": "string", "contentEncoding": "binary"}},
+                                "application/json": {"schema": {"anyOf": [
+                                    TryAgain.model_json_schema(),
+                                    RequestFailed.model_json_schema()]}}}},
+            "410": {"description": "The engine's queue was full: the SDK samples again",
+                    "content": {"application/json": {"schema": {
+                        "$ref": REF.format(model="ErrorResponse")}}}}}),
+    ("POST", "/api/v1/cancel_future"): Endpoint(
+        "Tinker's SDK: accepted, nothing cancelled", FutureRequest, raw=_OK, errors=(400,)),
+    ("POST", "/api/v1/telemetry"): Endpoint("Tinker's SDK: its telemetry, accepted", raw=_OK),
+}
+"""Tinker's routes (api/tinker.py, docs/api/tinker.md)."""
+
 ENDPOINTS: dict[tuple[str, str], Endpoint] = {
     ("GET", "/health"): Endpoint(
         "Whether every model can serve (200) or one cannot (503); needs no key",
@@ -261,6 +321,7 @@ ENDPOINTS: dict[tuple[str, str], Endpoint] = {
         example={"weight_version": "step-8", "max_unavailable": 1, "calls": [
             {"op": "collective_rpc", "body": {"method": "reload_weights",
                                               "kwargs": {"weights_path": "/ckpt/step-8"}}}]}),
+    **_TINKER,
 }
 
 #: paths served but not in the document, and why

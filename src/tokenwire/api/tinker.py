@@ -12,7 +12,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from ..errors import UnsupportedParameterError
+from ..errors import RateLimitError, UnsupportedParameterError
 from ..protocol.tinker import (
     ClientConfig,
     CreateSamplingSession,
@@ -100,7 +100,7 @@ async def retrieve_future(request: Request) -> Response:
                         headers=outcome.headers)
     if isinstance(outcome, Failed):
         if outcome.category == "retry":  # the SDK samples again (a new asample)
-            return JSONResponse({"error": outcome.error}, status_code=410)
+            return JSONResponse(RateLimitError(outcome.error).to_body(), status_code=410)
         return ModelResponse(RequestFailed.model_validate(
             {"error": outcome.error, "category": outcome.category}))
     return ModelResponse(TryAgain(request_id=req.request_id))

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field, StrictInt
+from pydantic import ConfigDict, Discriminator, Field, StrictInt, Tag
 
 from ._base import RequestModel, ResponseModel
 from .common import TokenId
@@ -81,13 +81,29 @@ class ModelInput(RequestModel):
     chunks: list[ModelInputChunk]
 
 
+def _stop_tag(v: Any) -> str | None:
+    """Union tags start with "~" so that error locations drop them (api/validation.py)."""
+    if isinstance(v, str):
+        return "~str"
+    if isinstance(v, list):
+        return "~strs" if all(isinstance(s, str) for s in v) else "~ids"
+    return None
+
+
+Stop = Annotated[
+    Annotated[str, Tag("~str")] | Annotated[list[str], Tag("~strs")]
+    | Annotated[list[TokenId], Tag("~ids")],
+    Discriminator(_stop_tag, custom_error_type="invalid_type",
+                  custom_error_message="stop must be a string, strings, or token ids")]
+
+
 class TinkerSamplingParams(RequestModel):
     """Tinker's `SamplingParams`: `stop` as strings or as token ids; None keeps the model's
     end-of-generation ids, `[]` stops at nothing (not even those)."""
 
     max_tokens: Annotated[int, Field(ge=1)] | None = None
     seed: int | None = None
-    stop: str | list[str] | list[TokenId] | None = None
+    stop: Stop | None = None
     temperature: Annotated[float, Field(ge=0, le=2)] = 1.0
     top_k: StrictInt = -1
     top_p: Annotated[float, Field(gt=0, le=1)] = 1.0
