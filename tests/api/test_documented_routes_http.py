@@ -42,6 +42,8 @@ async def test_routes_without_a_key_are_the_documented_ones(make_app) -> None:  
                 r = await c.request(method, path, json={} if method != "GET" else None)
                 if r.status_code != 401:
                     found.add(route.path.split("{")[0])  # a parameter's route: its prefix
+                elif "error_type" in r.json():  # TGI's shape on its routes
+                    assert r.json()["error_type"] == "invalid_api_key", (path, r.json())
                 else:  # OpenAI's error shape, or Anthropic's on its routes
                     error = r.json()["error"]
                     assert error.get("code") == "invalid_api_key" \

@@ -24,6 +24,7 @@ from tokenwire.protocol.generate import GenerateRequest
 pytestmark = pytest.mark.anyio
 
 REF = "#/components/schemas/"
+TGI_PATHS = ("/", "/generate", "/generate_stream")
 
 
 @pytest.fixture
@@ -113,9 +114,11 @@ async def test_token_native_fields_are_described_by_their_docstrings(
 
 
 async def test_errors_are_error_responses(document: dict[str, Any]) -> None:
-    """OpenAI's error body everywhere, but Anthropic's on its Messages API."""
+    """OpenAI's error body everywhere, but Anthropic's on its Messages API and TGI's on its
+    routes."""
     for path, ops in document["paths"].items():
         error = {"$ref": REF + ("AnthropicErrorBody" if path.startswith("/v1/messages")
+                                else "TGIErrorResponse" if path in TGI_PATHS
                                 else "ErrorResponse")}
         for method, op in ops.items():
             codes = {int(c) for c in op["responses"]}

@@ -65,6 +65,8 @@ def test_the_live_server_serves_this_document(live_server: LiveServer) -> None:
 
 GENERATING = {"/v1/chat/completions", "/v1/completions", "/v1/responses"}
 """Where a body without `max_tokens` may sample to the end of the context."""
+TGI = {"/", "/generate", "/generate_stream"}
+"""TGI's routes: `parameters.max_new_tokens` is their limit, `best_of` their `n`."""
 
 
 def _cap(body: dict[str, Any], *, fill: bool) -> None:
@@ -102,6 +104,17 @@ def _bound(case: Any, version: str) -> None:
     _cap(body, fill=valid and case.path in GENERATING)
     if isinstance(params := body.get("sampling_params"), dict):
         _cap(params, fill=valid)
+    if case.path in TGI:
+        if valid and body.get("parameters") is None:
+            body["parameters"] = {}
+        if isinstance(params := body.get("parameters"), dict):
+            limit = params.get("max_new_tokens")
+            if isinstance(limit, int) and not isinstance(limit, bool):
+                params["max_new_tokens"] = min(limit, MAX_TOKENS)
+            elif valid:
+                params["max_new_tokens"] = MAX_TOKENS
+            if isinstance(params.get("best_of"), int) and not isinstance(params["best_of"], bool):
+                params["best_of"] = min(params["best_of"], 2)
     if valid and isinstance(body.get("model"), str):
         body["model"] = MODEL
     if valid and isinstance(body.get("tokenizer_version"), str):

@@ -149,3 +149,20 @@ def test_no_stop_string_ends_the_output_before_min_tokens(tok: HFTokenizer) -> N
     out_ids, text = joined(run(held, ids))
     assert held.stop_string == "," and len(out_ids) >= 3
     assert text == "a, b" and ids[:len(out_ids)] == out_ids
+
+
+@SETTINGS
+@given(text=TEXTS, stops=STOPS)
+def test_tgis_rule_stops_where_the_output_ends_with_a_stop(tok: HFTokenizer, text: str,
+                                                         stops: list[str]) -> None:
+    """TGI's stop rule (`stop_at_end`): the output stops after the first token at whose end the
+    output so far ends with a stop string, that token the last; nowhere else."""
+    ids = tok.encode(text)
+    dec = OutputDecoder(tok, stops, token_aligned=True, keep_stop_token=True, stop_at_end=True,
+                        text=None)
+    out_ids, _ = joined(run(dec, ids))
+    ends = [k for k in range(1, len(ids) + 1)
+            if any(b"".join(tok.token_bytes(t) for t in ids[:k]).endswith(s.encode())
+                   for s in stops)]
+    assert out_ids == ids[:ends[0]] if ends else out_ids == ids
+    assert (dec.stop_string is not None) == bool(ends)

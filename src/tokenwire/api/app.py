@@ -28,6 +28,7 @@ from ..serving.loader import load_models
 from ..serving.models import ModelRegistry
 from ..serving.responses import ResponsesService, StoredResponses
 from ..serving.stored_completions import StoredCompletions
+from ..serving.tgi import TGIService
 from ..serving.tinker import TinkerService
 from ..serving.tokenize import TokenizeService
 from ..storage import Store, open_store
@@ -41,6 +42,7 @@ from .loop import upkeep
 from .middleware import ApiKeyAuth, BodyLimit, RequestMetrics
 from .records import record_routes
 from .routes import routes
+from .tgi import tgi_routes
 from .tinker import tinker_routes
 
 __all__ = ["create_app"]
@@ -110,7 +112,7 @@ def create_app(settings: Settings | None = None, *, models: ModelRegistry | None
             thaw_heap()
 
     served = [*routes, *record_routes, *docs_routes, *inspector_routes, *control_routes,
-              *tinker_routes]
+              *tinker_routes, *tgi_routes]
     app = Starlette(
         routes=served, exception_handlers=exception_handlers, lifespan=lifespan,
         # outermost first: every answer is counted, refusals included; a request without a
@@ -141,6 +143,7 @@ def create_app(settings: Settings | None = None, *, models: ModelRegistry | None
                                          chat=app.state.chat, tokenize=app.state.tokenize)
     app.state.control = ControlService(models, settings)
     app.state.inspect = InspectService(tokenizers, app.state.chat)
+    app.state.tgi = TGIService(models, app.state.generate, settings)
     app.state.tinker = TinkerService(models, app.state.generate) if _has_tinker() else None
     return app
 

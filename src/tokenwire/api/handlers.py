@@ -1,6 +1,7 @@
 """The single place where exceptions become HTTP responses, each in the shape of the API
 family whose route was asked: a route says its family's (`ApiRoute.errors`, Anthropic's on
-the Messages routes), every other answer is OpenAI's."""
+the Messages routes, TGI's on its routes, with TGI's statuses), every other answer is
+OpenAI's."""
 
 from __future__ import annotations
 
@@ -37,6 +38,8 @@ class ErrorShape:
     under: str | None = None
     """A path under this that no route matches (a mistyped path of the family's) is answered
     in this shape too."""
+    status: Callable[[TokenwireError], int] | None = None
+    """The family's status for an error (TGI's 422 for a bad request); None: the error's."""
 
 
 OPENAI_ERRORS = ErrorShape(lambda exc: exc.to_body())
@@ -68,8 +71,8 @@ def shape_of(scope: Scope) -> ErrorShape:
 
 
 def render_error(exc: TokenwireError, shape: ErrorShape = OPENAI_ERRORS) -> Response:
-    return JSONResponse(shape.body(exc), status_code=exc.status_code,
-                        headers=exc.headers or None)
+    status = shape.status(exc) if shape.status is not None else exc.status_code
+    return JSONResponse(shape.body(exc), status_code=status, headers=exc.headers or None)
 
 
 async def _tokenwire(request: Request, exc: Exception) -> Response:

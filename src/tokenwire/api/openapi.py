@@ -55,6 +55,13 @@ from ..protocol.storage import (
     StoredMessageList,
     UpdateCompletion,
 )
+from ..protocol.tgi import (
+    TGICompatResponse,
+    TGIErrorResponse,
+    TGIGenerateRequest,
+    TGIGenerateResponse,
+    TGIStreamResponse,
+)
 from ..protocol.tinker import (
     ClientConfig,
     CreateSamplingSession,
@@ -103,11 +110,14 @@ class Endpoint:
     typed_events: bool = False
     """The stream's events are typed (`event: <type>` before each `data:`, no `[DONE]`): the
     Responses API's."""
+    done: bool = True
+    """The stream ends with `data: [DONE]` (TGI's ends after its last event)."""
     errors: tuple[int, ...] = ()
     """Statuses answered with an error body, besides 401 (every route but /health, when keys
     are set) and 413 (every body)."""
     error: type[BaseModel] = ErrorResponse
-    """The error body's shape: OpenAI's, or Anthropic's on its Messages API."""
+    """The error body's shape: OpenAI's, or Anthropic's on its Messages API, TGI's on its
+    routes."""
     response_status: tuple[int, ...] = (200,)
     raw: Mapping[str, Any] = field(default_factory=dict)
     """OpenAPI response objects by status, for bodies no wire model describes."""
@@ -184,6 +194,27 @@ _TINKER: dict[tuple[str, str], Endpoint] = {
     ("POST", "/api/v1/telemetry"): Endpoint("Tinker's SDK: its telemetry, accepted", raw=_OK),
 }
 """Tinker's routes (api/tinker.py, docs/api/tinker.md)."""
+
+# a bad request is TGI's 422, the engine's failure its 424; 429 overloaded (api/tgi.py)
+_TGI_ERRORS = (422, 424, 429)
+_TGI_EXAMPLE = {"inputs": "The capital of France is",
+                "parameters": {"max_new_tokens": 8, "details": True}}
+_TGI: dict[tuple[str, str], Endpoint] = {
+    ("POST", "/"): Endpoint(
+        "TGI's compat route: `stream` picks TGI's stream, else a list holding the whole "
+        "answer; return_full_text defaults to true", TGIGenerateRequest, TGICompatResponse,
+        stream=TGIStreamResponse, done=False, errors=_TGI_ERRORS, error=TGIErrorResponse,
+        example=_TGI_EXAMPLE),
+    ("POST", "/generate"): Endpoint(
+        "TGI's generation (details mode: each sampled id, its text, logprob and special)",
+        TGIGenerateRequest, TGIGenerateResponse, errors=_TGI_ERRORS, error=TGIErrorResponse,
+        example=_TGI_EXAMPLE),
+    ("POST", "/generate_stream"): Endpoint(
+        "TGI's stream: an event per sampled id (`data:` with no space, no [DONE]); refusals "
+        "in-band", TGIGenerateRequest, stream=TGIStreamResponse, done=False,
+        errors=_TGI_ERRORS, error=TGIErrorResponse, example=_TGI_EXAMPLE),
+}
+"""Text Generation Inference's routes (api/tgi.py, docs/api/tgi.md)."""
 
 ENDPOINTS: dict[tuple[str, str], Endpoint] = {
     ("GET", "/health"): Endpoint(
@@ -322,6 +353,7 @@ ENDPOINTS: dict[tuple[str, str], Endpoint] = {
             {"op": "collective_rpc", "body": {"method": "reload_weights",
                                               "kwargs": {"weights_path": "/ckpt/step-8"}}}]}),
     **_TINKER,
+    **_TGI,
 }
 
 #: paths served but not in the document, and why
@@ -336,15 +368,18 @@ NOT_DOCUMENTED: dict[str, str] = {
 _PARAM = re.compile(r"\{(\w+)(?::\w+)?\}")
 
 
-def _event(chunk: dict[str, Any], error: dict[str, Any]) -> dict[str, Any]:
+def _event(chunk: dict[str, Any], error: dict[str, Any], done: bool = True) -> dict[str, Any]:
     """One server-sent event (OpenAPI 3.1 describes a stream by its events): a chunk, an error
     after the first chunk (the status is sent by then), or the closing `[DONE]`."""
+    event = {"type": "string", "contentMediaType": "application/json",
+             "contentSchema": {"anyOf": [chunk, error]}}
+    if not done:  # TGI's
+        return {"type": "object", "required": ["data"], "properties": {"data": {
+            **event, "description": "`data:<event>` per token (no space after `data:`), "
+                                    "nothing after the last; a refusal or failure comes "
+                                    "in-band as `data:<TGIErrorResponse>`, and ends it."}}}
     return {"type": "object", "required": ["data"], "properties": {"data": {
-        "anyOf": [
-            {"type": "string", "contentMediaType": "application/json",
-             "contentSchema": {"anyOf": [chunk, error]}},
-            {"const": "[DONE]"},
-        ],
+        "anyOf": [event, {"const": "[DONE]"}],
         "description": "`data: <chunk>` per event, then `data: [DONE]`; an error after the first "
                        "event comes in-band as `data: <ErrorResponse>`, then `[DONE]`.",
     }}}
@@ -372,7 +407,8 @@ def _operation(route: Route, ep: Endpoint, refs: Mapping[type[Any], Any]) -> dic
         if ep.stream is not None:
             content["text/event-stream"] = {"schema": _typed_event(refs[ep.stream])
                                             if ep.typed_events
-                                            else _event(refs[ep.stream], refs[ErrorResponse])}
+                                            else _event(refs[ep.stream], refs[ep.error],
+                                                        ep.done)}
         if content:
             responses[str(status)] = {"description": HTTPStatus(status).phrase, "content": content}
     responses.update(ep.raw)

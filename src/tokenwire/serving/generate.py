@@ -19,6 +19,7 @@ import json
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from ..config import Settings
 from ..engines.base import Grammar, TokenEvent, TokenRun, WeightSpan
@@ -42,6 +43,7 @@ from .generation import (
     ChoiceResult,
     Choices,
     ChoiceUpdate,
+    Family,
     RunningUsage,
     StreamedResponse,
     Totals,
@@ -65,6 +67,8 @@ from .stored_completions import StoredCompletions, stops_of
 from .tokens import IdSpan, check_id_range, resolve_token_space
 
 __all__ = ["GenerateService"]
+
+E = TypeVar("E")
 
 
 def _refuse_unsupported(model: object, prefix: str) -> None:
@@ -125,6 +129,8 @@ def _structural_tag(text: str, param: str) -> Grammar:
 class _Plan(Plan):
     req: GenerateRequest
     grammar: Grammar | None = None
+    stop_at_end: bool = False
+    """TGI's stop rule (serving/output.py), for TGI's API on this engine call."""
 
     @property
     def prompt(self) -> list[int]:
@@ -173,7 +179,13 @@ class GenerateService(GenerationService):
         self.stored = stored
         """Without a store (None), `store` is refused."""
 
-    def plan(self, req: GenerateRequest, caller: Caller = ANONYMOUS) -> _Plan:
+    def plan(self, req: GenerateRequest, caller: Caller = ANONYMOUS, *,
+             text_prompt: bool = False, own_prefix: int = 0,
+             stop_at_end: bool = False) -> _Plan:
+        """`text_prompt`: the ids are the server's encoding of the client's text (an API that
+        takes text, TGI's); `own_prefix`: the first that many ids are the server's own (the BOS
+        its tokenizer adds to text), not checked as the client's; `stop_at_end`: TGI's stop
+        rule."""
         sp = req.sampling_params
         _refuse_unsupported(req, "")
         _refuse_unsupported(sp, "sampling_params.")
@@ -201,13 +213,15 @@ class GenerateService(GenerationService):
             registry=self._tokenizers, version=req.tokenizer_version, fallback="error",
             carries_ids=True, require_version=False)
         tok = space.client.tokenizer
-        spans = [IdSpan("token_ids", req.token_ids)]
+        spans = [IdSpan("token_ids", req.token_ids[own_prefix:])]
         check_id_range([*spans, IdSpan("sampling_params.stop_token_ids",
                                        sp.stop_token_ids or [])], tok)
-        warnings = self._guard.check_ids(spans, tok, raw_prompt=True, caller_key=caller.api_key)
+        warnings = self._guard.check_ids(spans, tok, raw_prompt=True, caller_key=caller.api_key,
+                                         encoded=text_prompt)
         self._guard.check_prompts([("token_ids", req.token_ids)], tok, "token_ids")
-        return _Plan(req=req, model=model, space=space, shows_ids=True, sent_ids=True,
-                     grammar=grammar, logprobs_mode=model.engine.info.logprobs_mode
+        return _Plan(req=req, model=model, space=space, shows_ids=True,
+                     sent_ids=not text_prompt, grammar=grammar, stop_at_end=stop_at_end,
+                     logprobs_mode=model.engine.info.logprobs_mode
                      if sp.logprobs is not None else None,
                      id=f"generate-tokens-{req.request_id or uuid.uuid4().hex}",
                      warnings=warnings or None)
@@ -240,7 +254,8 @@ class GenerateService(GenerationService):
                                  text=None,  # the response has ids only
                                  output_check=self._guard.output_check(),
                                  timer=self._timer(plan), whole=whole,
-                                 coalesce=self._coalesce(plan.req.stream_options))
+                                 coalesce=self._coalesce(plan.req.stream_options),
+                                 stop_at_end=plan.stop_at_end)
 
     async def create(self, req: GenerateRequest, caller: Caller = ANONYMOUS) -> GenerateResponse:
         await self._check_store(req, caller)
@@ -251,10 +266,14 @@ class GenerateService(GenerationService):
             await self._keep(plan, response, acc, caller)
         return response
 
-    async def planned(self, req: GenerateRequest, caller: Caller = ANONYMOUS) -> Plan:
+    async def planned(self, req: GenerateRequest, caller: Caller = ANONYMOUS, *,
+                      text_prompt: bool = False, own_prefix: int = 0,
+                      stop_at_end: bool = False) -> Plan:
         """The request checked and planned, nothing run yet (an API that answers later, as
-        Tinker's futures do, refuses bad input before it answers)."""
-        return await self._prepare(self.plan, req, caller)
+        Tinker's futures do, refuses bad input before it answers); the options are `plan`'s,
+        for an API whose prompt is text or whose stop rule is TGI's."""
+        return await self._prepare(self.plan, req, caller, text_prompt=text_prompt,
+                                   own_prefix=own_prefix, stop_at_end=stop_at_end)
 
     async def finished(self, plan: Plan) -> list[ChoiceResult]:
         """A planned request's choices, whole: the same engine call as `create`'s, for an
@@ -264,6 +283,12 @@ class GenerateService(GenerationService):
                                 plan.req.sampling_params.n)
         self._count(plan, Totals.of(acc))
         return acc
+
+    async def streamed(self, plan: Plan, family: Family[E]) -> StreamedResponse[E]:
+        """A planned request's choices as they come, made into `family`'s events: the same
+        engine call as `stream`'s, for an API that writes its own events (TGI's)."""
+        assert isinstance(plan, _Plan)
+        return self._stream(plan, family, await self._start(plan))
 
     async def stream(self, req: GenerateRequest, caller: Caller = ANONYMOUS,
                      ) -> StreamedResponse[GenerateStreamResponse]:

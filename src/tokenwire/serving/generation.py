@@ -350,7 +350,7 @@ async def run_choices(engine: Engine, jobs: Sequence[tuple[Sequence[int], Sampli
                       include_stop: bool = False, skip_special: bool = False,
                       min_tokens: int = 0, text: Reason | None = "output",
                       whole: bool = False, reasoning: tuple[ReasoningFormat, bool] | None = None,
-                      coalesce: bool = False) -> Choices:
+                      coalesce: bool = False, stop_at_end: bool = False) -> Choices:
     """One choice per (prompt, params) job; updates carry the job's index. With a `timer`,
     each choice's tokens are timed from now (admission and queueing included). `text`: why
     the output's text is read, None where nobody reads it (`OutputDecoder`); an
@@ -360,7 +360,7 @@ async def run_choices(engine: Engine, jobs: Sequence[tuple[Sequence[int], Sampli
     (`SamplingParams.whole`). `reasoning`: the model's reasoning format and whether the prompt
     leaves it inside its reasoning: each choice's ids are split into reasoning and content
     (`ChoiceUpdate.part`). `coalesce`: tokens already at hand together make one update
-    (`_Coalesced`)."""
+    (`_Coalesced`). `stop_at_end`: TGI's stop rule (`OutputDecoder`)."""
     if output_check is not None and text is None:
         text = "policy"
     whole = whole and not stop and output_check is None and engine.info.answers_whole
@@ -390,7 +390,8 @@ async def run_choices(engine: Engine, jobs: Sequence[tuple[Sequence[int], Sampli
     streams = [t.result() if not coalesce else _Coalesced(t.result()) for t in tasks]
     decoders = [OutputDecoder(tokenizer, stop, token_aligned=token_aligned,
                               keep_stop_token=keep_stop_token, include_stop=include_stop,
-                              skip_special=skip_special, min_tokens=min_tokens, text=text)
+                              skip_special=skip_special, min_tokens=min_tokens, text=text,
+                              stop_at_end=stop_at_end)
                 for _ in streams]
     splits = [None if reasoning is None else ReasoningStream(
         tokenizer, reasoning[0], inside=reasoning[1], text=text is not None,

@@ -31,14 +31,16 @@ class Guard:
 
     def check_ids(self, spans: Sequence[IdSpan], tokenizer: Tokenizer, *,
                   raw_prompt: bool = False, caller_key: str | None = None,
-                  ) -> list[ResponseWarning]:
+                  encoded: bool = False) -> list[ResponseWarning]:
         """Limits, control tokens, canonicality; returns the warnings of `flag` mode.
 
         `raw_prompt`: the spans are whole prompts the client rendered itself (completions with
         ids, /inference/v1/generate), which carry the template's control ids where the
         deployment allows raw prompts for this caller. Such a caller may also send control ids
         in assistant history (a model samples them now and then, and an RL trainer feeds its
-        samples back as they are): it could forge any structure through a raw prompt anyway."""
+        samples back as they are): it could forge any structure through a raw prompt anyway.
+        `encoded`: the server encoded the ids from the client's text (TGI's `inputs`), so they
+        are canonical by construction and not checked for it."""
         s = self._settings
         self.check_id_count(spans)
         if raw_prompt:
@@ -48,7 +50,7 @@ class Guard:
             trusted = s.raw_prompts_allowed(caller_key)
             check_special_ids([sp for sp in spans if not (sp.assistant and trusted)], tokenizer)
         warnings = []
-        for span in spans:
+        for span in [] if encoded else spans:
             mode = s.non_canonical_tokens_assistant if span.assistant else s.non_canonical_tokens
             if mode == "allow":
                 continue

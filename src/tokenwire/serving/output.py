@@ -11,6 +11,10 @@ Two hold-backs, in this order:
 
 Invariant: concat(delta.text) == decode(concat(delta.ids)) with errors="replace".
 
+TGI's stop rule (`stop_at_end`, serving/tgi.py): a stop string ends the output only where the
+output so far ends with it, at a token's end; a token that completes it and goes on (`" tested"`
+for `"test"`) does not stop it, and the token that completes it is the last id.
+
 A request that shows only ids (`response_format_tokens: "only"`, /inference/v1/generate) reads
 no text: built with `text=None`, the decoder looks no token's bytes up unless stop strings must
 be matched, and its deltas' text stays "". Each choice that is made text (or bytes, for stop
@@ -45,7 +49,8 @@ class OutputDecoder:
     def __init__(self, tokenizer: Tokenizer, stop: Sequence[str] = (), *,
                  token_aligned: bool = True, keep_stop_token: bool = False,
                  include_stop: bool = False, skip_special: bool = False,
-                 min_tokens: int = 0, text: Reason | None = "output"):
+                 min_tokens: int = 0, text: Reason | None = "output",
+                 stop_at_end: bool = False):
         """`keep_stop_token`: on a stop string, keep the token that completed it (vLLM's rule
         for `token_ids`, used by /inference/v1/generate, which returns ids only).
         `include_stop`: that, and the text goes on to the stop string's end (vLLM's
@@ -54,8 +59,10 @@ class OutputDecoder:
         text of the first that many tokens is never matched against the stop strings (vLLM's
         rule: no stop string ends the output before `min_tokens`). `text`: why the output's
         text is read (the conversion's reason: "output", "tools", "policy"); None: nobody
-        reads it (the deltas' text stays "")."""
+        reads it (the deltas' text stays ""). `stop_at_end`: TGI's rule, a stop string matches
+        only where the output so far ends with it (with `keep_stop_token`)."""
         self._tok = tokenizer
+        self._at_end = stop_at_end
         self._aligned = token_aligned
         self._keep = keep_stop_token or include_stop
         self._include = include_stop
@@ -90,7 +97,7 @@ class OutputDecoder:
         self._held.append(ev)
         self._held_bytes.append(piece)
         data = b"".join(self._held_bytes)
-        hit = self._first_match(data)
+        hit = self._ending(data) if self._at_end else self._first_match(data)
         if hit is None:
             n = self._count_before(self._partial_start(data))
             delta = self._release(self._held[:n], self._held_bytes[:n])
@@ -153,6 +160,13 @@ class OutputDecoder:
             if i >= 0 and (best is None or (i + len(s), i) < best[:2]):
                 best = (i + len(s), i, s)
         return (best[1], best[2]) if best is not None else None
+
+    def _ending(self, data: bytes) -> tuple[int, bytes] | None:
+        """The first stop string (in the request's order) the output so far ends with."""
+        for s in self._stops:
+            if data.endswith(s):
+                return len(data) - len(s), s
+        return None
 
     def _partial_start(self, data: bytes) -> int:
         """Earliest offset from which the tail of `data` could still grow into a stop string."""
