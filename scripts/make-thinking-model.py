@@ -35,7 +35,7 @@ SEED, EPOCHS, LR, BATCH, REPEAT = 0, 4, 3e-4, 4, 3
 THINK = ["<think>", "</think>"]
 # their llama.cpp token type as Qwen3's own GGUFs have it: USER_DEFINED (4), matched in text
 # and decoded as text (CONTROL, 3, would be parsed only where special tokens are, and a lazy
-# tool-call grammar's free text could not write one: docs/api/chat.md#reasoning)
+# tool-call grammar's free text could not write one: docs/api.md#reasoning)
 THINK_TYPE = 4
 CACHE = Path.home() / ".cache" / "tokenwire"
 TOOLS = [{"type": "function", "function": {
