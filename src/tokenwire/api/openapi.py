@@ -159,16 +159,17 @@ _TINKER: dict[tuple[str, str], Endpoint] = {
         "Tinker's SDK: its client config (no JWT, futures polled one by one)", SdkVersion,
         ClientConfig, errors=(400,)),
     ("POST", "/api/v1/client/dynamic_config"): Endpoint(
-        "Tinker's SDK: its dynamic config (no cancelling)", SdkVersion, DynamicConfig),
+        "Tinker's SDK: its dynamic config (no cancelling)", SdkVersion, DynamicConfig,
+        errors=(400,)),
     ("GET", "/api/v1/get_server_capabilities"): Endpoint(
         "Tinker's SDK: the served models, as base models", response=ServerCapabilities,
         errors=(400,)),
     ("POST", "/api/v1/create_session"): Endpoint(
         "Tinker's SDK: a session (an id)", CreateSession, CreateSessionAnswer, errors=(400,)),
     ("POST", "/api/v1/session_heartbeat"): Endpoint(
-        "Tinker's SDK: a session's heartbeat, accepted", SessionCall, raw=_OK),
+        "Tinker's SDK: a session's heartbeat, accepted", SessionCall, raw=_OK, errors=(400,)),
     ("POST", "/api/v1/sessions/{session_id}/finish"): Endpoint(
-        "Tinker's SDK: a session's end, accepted", SessionCall, raw=_OK),
+        "Tinker's SDK: a session's end, accepted", SessionCall, raw=_OK, errors=(400,)),
     ("POST", "/api/v1/create_sampling_session"): Endpoint(
         "Tinker's SDK: a sampling session on a served model", CreateSamplingSession,
         CreateSamplingSessionAnswer, errors=(400, 404)),

@@ -52,9 +52,11 @@ async def _body(request: Request, model: type[BaseModel]) -> BaseModel:
 
 
 async def client_config(request: Request) -> Response:
+    """Answered on a connection closed after it: the SDK asks this on a pool of its own that
+    it never closes (0.38), which would otherwise hold the connection until collected."""
     await _body(request, SdkVersion)
     _service(request)
-    return ModelResponse(ClientConfig())
+    return ModelResponse(ClientConfig(), headers={"Connection": "close"})
 
 
 async def dynamic_config(request: Request) -> Response:
