@@ -24,6 +24,7 @@ from tests.upstreams import (
     tokenwire_upstream,
     vllm_server,
 )
+from tokenwire._heap import freeze_heap, thaw_heap, trim_heap
 from tokenwire.api.app import create_app
 from tokenwire.config import Settings, default_model_path
 from tokenwire.engines.llamacpp import LlamaCppEngine
@@ -272,7 +273,13 @@ def app(make_app):  # type: ignore[no-untyped-def]
 async def loop_gaps(every: float = 0.005) -> AsyncIterator[list[float]]:
     """The gaps between the event loop's turns while the block runs: a task asks to wake every
     `every` seconds and records how long each wait really took (a blocked loop shows as one long
-    gap, recorded once the loop is free again, before the block's end is left)."""
+    gap, recorded once the loop is free again, before the block's end is left).
+
+    The heap is frozen meanwhile, as a served app freezes it after start: this process holds a
+    whole suite's objects instead, and one full collection of them (0.58 s in CI, set off by
+    any thread's allocation) would show as a gap that is not the block's doing."""
+    trim_heap()
+    freeze_heap()
     gaps: list[float] = []
 
     async def tick() -> None:
@@ -290,6 +297,7 @@ async def loop_gaps(every: float = 0.005) -> AsyncIterator[list[float]]:
         await asyncio.sleep(every * 4)  # the ticker records the gap it is in
     finally:
         task.cancel()
+        thaw_heap()
 
 
 @contextlib.asynccontextmanager
