@@ -41,6 +41,7 @@ def _serve(args: argparse.Namespace) -> int:
         "engine_process": args.engine_process, "cpu_variant": args.cpu_variant,
         "reasoning_parser": args.reasoning_parser, "tool_call_parser": args.tool_call_parser,
         "weight_version_policy": args.weight_version_policy,
+        "trainer_model": args.trainer_model,
     }.items() if v is not None}
     try:
         settings = Settings(**overrides)
@@ -362,6 +363,8 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--weight-version-policy", help="which weights may serve a request that "
                    "names no bound (smg's names): any (default), latest-only, "
                    "min-version:<label>, max-staleness:<k>")
+    s.add_argument("--trainer-model", type=Path, help="Tinker's training API (the rl extra): "
+                   "the served model's weights as a Hugging Face directory, for its trainer")
     s.set_defaults(func=_serve)
 
     def remote(sp: argparse.ArgumentParser) -> None:

@@ -304,6 +304,15 @@ class Settings(BaseSettings):
         Path.home() / ".cache" / "tokenwire" / "tokenizers",
         description="Where tokenizer versions are kept, so they stay addressable forever.",
     )
+    trainer_model: Path | None = Field(
+        None, description="Tinker's training API (the rl extra): the Hugging Face directory of "
+        "the served model's weights, which its trainer process loads in torch and adapts with "
+        "LoRA. Unset: training calls are refused by name.",
+    )
+    checkpoint_dir: Path = Field(
+        Path.home() / ".cache" / "tokenwire" / "checkpoints",
+        description="Where Tinker's training checkpoints (tinker:// paths) are written.",
+    )
     storage: str | None = Field(
         None,
         description="Where stored completions (`store: true`), Responses API responses and "

@@ -144,7 +144,8 @@ def create_app(settings: Settings | None = None, *, models: ModelRegistry | None
     app.state.control = ControlService(models, settings)
     app.state.inspect = InspectService(tokenizers, app.state.chat)
     app.state.tgi = TGIService(models, app.state.generate, settings)
-    app.state.tinker = TinkerService(models, app.state.generate) if _has_tinker() else None
+    app.state.tinker = TinkerService(models, app.state.generate, settings) \
+        if _has_tinker() else None
     return app
 
 

@@ -1,9 +1,10 @@
 """Tinker's routes (`/api/v1/...`), as the official `tinker` SDK calls them against
-`ServiceClient(base_url=...)` (serving/tinker/service.py; docs/api/tinker.md).
+`ServiceClient(base_url=...)` (serving/tinker/service.py, training.py; docs/api/tinker.md).
 
 Errors are OpenAI's body with its status: the SDK reads any JSON body, names the status in its
 exception class, and retries only 408, 409, 429 and 5xx, so a bad request is a 4xx it raises
-at once. A finished future is protobuf (`application/x-protobuf`), everything else JSON."""
+at once. A finished sample or forward pass is protobuf (`application/x-protobuf`), as is the
+training batch `forward_backward` posts; everything else is JSON."""
 
 from __future__ import annotations
 
@@ -15,17 +16,24 @@ from starlette.routing import Route
 from ..errors import RateLimitError, UnsupportedParameterError
 from ..protocol.tinker import (
     ClientConfig,
+    CreateModel,
     CreateSamplingSession,
     CreateSession,
     DynamicConfig,
     FutureRequest,
+    GetInfo,
+    LoadWeights,
+    OptimStep,
     RequestFailed,
     SampleRequest,
+    SaveWeights,
+    SaveWeightsForSampler,
     SdkVersion,
     SessionCall,
     TryAgain,
 )
-from ..serving.tinker import Failed, Finished, TinkerService
+from ..serving.tinker import Failed, Finished, TinkerService, sampler_id
+from ..serving.tinker.wire import read_forward_backward
 from ._json import ModelResponse
 from .middleware import caller_of
 from .validation import parse_body
@@ -98,8 +106,9 @@ async def retrieve_future(request: Request) -> Response:
     req = parse_body(await request.body(), FutureRequest)
     outcome = await _service(request).retrieve(req.request_id, LONG_POLL)
     if isinstance(outcome, Finished):
-        return Response(outcome.payload, media_type="application/x-protobuf",
-                        headers=outcome.headers)
+        headers = dict(outcome.headers)
+        media = headers.pop("content-type", "application/x-protobuf")
+        return Response(outcome.payload, media_type=media, headers=headers)
     if isinstance(outcome, Failed):
         if outcome.category == "retry":  # the SDK samples again (a new asample)
             return JSONResponse(RateLimitError(outcome.error).to_body(), status_code=410)
@@ -112,6 +121,44 @@ async def cancel_future(request: Request) -> Response:
     """Accepted, and nothing is cancelled: the dynamic config tells the SDK not to ask."""
     parse_body(await request.body(), FutureRequest)
     return JSONResponse({})
+
+
+async def create_model(request: Request) -> Response:
+    req = parse_body(await request.body(), CreateModel)
+    return ModelResponse(await _service(request).training.create_model(req))
+
+
+async def get_info(request: Request) -> Response:
+    req = parse_body(await request.body(), GetInfo)
+    return ModelResponse(await _service(request).training.info(req.model_id))
+
+
+async def forward_backward(request: Request) -> Response:
+    """The batch is the SDK's protobuf (zstd-compressed where the client config asks)."""
+    service = _service(request)
+    body = read_forward_backward(await request.body(), request.headers.get("content-encoding"))
+    return ModelResponse(await service.training.forward_backward(body))
+
+
+async def optim_step(request: Request) -> Response:
+    req = parse_body(await request.body(), OptimStep)
+    return ModelResponse(await _service(request).training.optim_step(req))
+
+
+async def save_weights(request: Request) -> Response:
+    req = parse_body(await request.body(), SaveWeights)
+    return ModelResponse(await _service(request).training.save_weights(req))
+
+
+async def load_weights(request: Request) -> Response:
+    req = parse_body(await request.body(), LoadWeights)
+    return ModelResponse(await _service(request).training.load_weights(req))
+
+
+async def save_weights_for_sampler(request: Request) -> Response:
+    req = parse_body(await request.body(), SaveWeightsForSampler)
+    training = _service(request).training
+    return ModelResponse(await training.save_weights_for_sampler(req, sampler_id))
 
 
 async def telemetry(request: Request) -> Response:
@@ -133,4 +180,11 @@ tinker_routes = [
     Route("/api/v1/retrieve_future", retrieve_future, methods=["POST"]),
     Route("/api/v1/cancel_future", cancel_future, methods=["POST"]),
     Route("/api/v1/telemetry", telemetry, methods=["POST"]),
+    Route("/api/v1/create_model", create_model, methods=["POST"]),
+    Route("/api/v1/get_info", get_info, methods=["POST"]),
+    Route("/api/v1/forward_backward", forward_backward, methods=["POST"]),
+    Route("/api/v1/optim_step", optim_step, methods=["POST"]),
+    Route("/api/v1/save_weights", save_weights, methods=["POST"]),
+    Route("/api/v1/load_weights", load_weights, methods=["POST"]),
+    Route("/api/v1/save_weights_for_sampler", save_weights_for_sampler, methods=["POST"]),
 ]

@@ -1,6 +1,7 @@
 """Tinker's API, as the official `tinker` SDK (0.38) speaks it: its JSON bodies, read from the
-SDK's own `types/` (the finished sample is protobuf: `tinker.proto.tinker_public_pb2`,
-serving/tinker/wire.py). Only the sampling half; docs/api/tinker.md says what is served."""
+SDK's own `types/` (a finished sample or forward pass, and the training batch itself, are
+protobuf: `tinker.proto.tinker_public_pb2`, serving/tinker/wire.py); docs/api/tinker.md says
+what is served."""
 
 from __future__ import annotations
 
@@ -12,7 +13,16 @@ from ._base import RequestModel, ResponseModel
 from .common import TokenId
 
 __all__ = [
+    "AdamParams",
     "ClientConfig",
+    "CreateModel",
+    "GetInfo",
+    "InfoAnswer",
+    "LoadWeights",
+    "LoraConfig",
+    "OptimStep",
+    "SaveWeights",
+    "SaveWeightsForSampler",
     "CreateSamplingSession",
     "CreateSamplingSessionAnswer",
     "CreateSession",
@@ -143,6 +153,10 @@ class ClientConfig(ResponseModel):
     pjwt_auth_enabled: bool = False
     sample_use_retrieve_futures: bool = False
     use_pyqwest_transport: bool = False
+    parallel_fwdbwd_chunks: bool = False
+    """A batch's chunks one after another, so gradients sum in one order (repeatable)."""
+    proto_compress_fwdbwd: bool = False
+    """Batches sent as they are (loopback or a LAN; zstd bodies are read all the same)."""
 
 
 class DynamicConfig(ResponseModel):
@@ -203,3 +217,109 @@ class RequestFailed(ResponseModel):
 
     error: str
     category: Literal["user", "server", "unknown"]
+
+
+# -- training (the `rl` extra) ----------------------------------------------------------------
+
+
+class LoraConfig(RequestModel):
+    rank: Annotated[int, Field(ge=1, le=256)]
+    seed: int | None = None
+    train_unembed: bool = True
+    train_mlp: bool = True
+    train_attn: bool = True
+
+
+class AdamParams(RequestModel):
+    """Tinker's `AdamParams` (AdamW: torch's, weight decay 0 by default)."""
+
+    learning_rate: Annotated[float, Field(ge=0)] = 0.0001
+    beta1: Annotated[float, Field(ge=0, lt=1)] = 0.9
+    beta2: Annotated[float, Field(ge=0, lt=1)] = 0.95
+    eps: Annotated[float, Field(gt=0)] = 1e-12
+    weight_decay: Annotated[float, Field(ge=0)] = 0.0
+    grad_clip_norm: Annotated[float, Field(ge=0)] = 0.0
+
+
+class CreateModel(RequestModel):
+    """`POST /api/v1/create_model`: a LoRA on a served base model."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+    session_id: str
+    model_seq_id: int = 0
+    base_model: str
+    user_metadata: dict[str, Any] | None = None
+    lora_config: LoraConfig | None = None
+    optimizer_config: dict[str, Any] | None = None
+    type: Literal["create_model"] = "create_model"
+
+
+class GetInfo(RequestModel):
+    model_id: str
+    type: Literal["get_info"] = "get_info"
+
+
+class OptimStep(RequestModel):
+    """The SDK sends `adam_params`, or `optimizer_params` for another optimizer (refused)."""
+
+    adam_params: AdamParams | None = None
+    optimizer_params: dict[str, Any] | None = None
+    model_id: str
+    seq_id: int | None = None
+    type: Literal["optim_step"] = "optim_step"
+
+
+class SaveWeights(RequestModel):
+    model_id: str
+    path: str | None = None
+    seq_id: int | None = None
+    ttl_seconds: int | None = None
+    overwrite: bool = False
+    user_metadata: dict[str, str] | None = None
+    type: Literal["save_weights"] = "save_weights"
+
+
+class SaveWeightsForSampler(RequestModel):
+    model_id: str
+    path: str | None = None
+    sampling_session_seq_id: int | None = None
+    kind: Literal["snapshot", "inflight"] = "snapshot"
+    seq_id: int | None = None
+    ttl_seconds: int | None = None
+    user_metadata: dict[str, str] | None = None
+    type: Literal["save_weights_for_sampler"] = "save_weights_for_sampler"
+
+
+class LoadWeights(RequestModel):
+    """`POST /api/v1/load_weights`: into `model_id`, or (the SDK's
+    `create_training_client_from_state`) into a new model of the checkpoint's configuration."""
+
+    model_id: str | None = None
+    seq_id: int | None = None
+    session_id: str | None = None
+    model_seq_id: int | None = None
+    base_model: str | None = None
+    user_metadata: dict[str, Any] | None = None
+    path: str
+    optimizer: bool = False
+    optimizer_config: dict[str, Any] | None = None
+    weights_access_token: str | None = None
+    type: Literal["load_weights"] = "load_weights"
+
+
+class ModelData(ResponseModel):
+    arch: str | None = None
+    model_name: str | None = None
+    tokenizer_id: str | None = None
+
+
+class InfoAnswer(ResponseModel):
+    """`POST /api/v1/get_info`: `tokenizer_id` a directory the SDK's `get_tokenizer` loads
+    without a hub (the trainer's Hugging Face directory: a client on the server's disk)."""
+
+    type: Literal["get_info"] = "get_info"
+    model_data: ModelData
+    model_id: str
+    is_lora: bool = True
+    lora_rank: int | None = None
+    model_name: str | None = None

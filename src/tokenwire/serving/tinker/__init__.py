@@ -1,8 +1,9 @@
-"""Tinker's sampling API (Thinking Machines' `tinker` SDK) on tokenwire: service.py answers it
-from `/inference/v1/generate`'s engine call, futures.py keeps its futures where every worker
-reads them, wire.py writes the finished sample as the SDK's protobuf."""
+"""Tinker's API (Thinking Machines' `tinker` SDK) on tokenwire: service.py answers sampling
+from `/inference/v1/generate`'s engine call, training.py the training calls from a trainer
+process (the `rl` extra), futures.py keeps the futures of both where every worker reads them,
+wire.py speaks the SDK's protobuf, checkpoints.py maps `tinker://` paths to files."""
 
 from .futures import Failed, Finished, FutureBox, Pending
-from .service import TinkerService
+from .service import TinkerService, sampler_id
 
-__all__ = ["Failed", "Finished", "FutureBox", "Pending", "TinkerService"]
+__all__ = ["Failed", "Finished", "FutureBox", "Pending", "TinkerService", "sampler_id"]

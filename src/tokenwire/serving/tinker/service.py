@@ -5,9 +5,10 @@ A sample is planned (checked) before `asample` answers, so bad input is a 400 na
 in Tinker's terms; it then runs as a task of this worker, and its outcome goes to the box of
 futures every worker reads (futures.py). A sampling session's id names its model, so any
 worker resolves it without shared state; a session is an id and its heartbeats (nothing a
-sample depends on). What tokenwire cannot honour is refused by name: images and other
-non-token chunks, `target_prompt_logprobs`, `prompt_alt_tokens_k`, `record_stability_info`,
-a `tinker://` sampler path (training is not served).
+sample depends on). A sampler of trained weights (a `tinker://` sampler path, training.py)
+names its path in its id too, and samples only while the engine serves those weights. What
+tokenwire cannot honour is refused by name: images and other non-token chunks,
+`target_prompt_logprobs`, `prompt_alt_tokens_k`, `record_stability_info`.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import logging
 import uuid
 from collections.abc import Sequence
 
+from ...config import Settings
 from ...errors import (
     InvalidRequestError,
     NotFoundError,
@@ -42,29 +44,36 @@ from ..generation import wire_spans
 from ..models import ModelRegistry, ServedModel
 from ..service import ANONYMOUS, Caller, Plan
 from .futures import Failed, Finished, FutureBox, Pending
+from .training import TrainingService
 from .wire import sample_response
 
-__all__ = ["TinkerService"]
+__all__ = ["TinkerService", "sampler_id"]
 
 log = logging.getLogger(__name__)
 
 _SAMPLER = "tw-sampler"
 
 
-def _sampler_id(model: str) -> str:
-    """A sampling session's id: unique, and naming its model (base64url has no '.')."""
-    name = base64.urlsafe_b64encode(model.encode()).decode().rstrip("=")
-    return f"{_SAMPLER}.{uuid.uuid4().hex}.{name}"
+def _b64(text: str) -> str:
+    return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
 
 
-def _model_of_sampler(sampler_id: str) -> str | None:
+def sampler_id(model: str, path: str | None = None) -> str:
+    """A sampling session's id: unique, and naming its model and the sampler path of its
+    weights, if any (base64url has no '.')."""
+    return ".".join([_SAMPLER, uuid.uuid4().hex, _b64(model), *([_b64(path)] if path else [])])
+
+
+def _of_sampler(sampler_id: str) -> tuple[str, str | None] | None:
+    """(model, sampler path) of a sampling session's id."""
     parts = sampler_id.split(".")
-    if len(parts) != 3 or parts[0] != _SAMPLER:
+    if len(parts) not in (3, 4) or parts[0] != _SAMPLER:
         return None
     try:
-        return base64.urlsafe_b64decode(parts[2] + "=" * (-len(parts[2]) % 4)).decode()
+        named = [base64.urlsafe_b64decode(p + "=" * (-len(p) % 4)).decode() for p in parts[2:]]
     except (binascii.Error, UnicodeDecodeError):
         return None
+    return named[0], named[1] if len(named) > 1 else None
 
 
 def _tinker_param(param: str | None, offsets: Sequence[int]) -> str | None:
@@ -86,56 +95,76 @@ def _tinker_param(param: str | None, offsets: Sequence[int]) -> str | None:
 
 
 class TinkerService:
-    def __init__(self, models: ModelRegistry, generate: GenerateService,
+    def __init__(self, models: ModelRegistry, generate: GenerateService, settings: Settings,
                  box: FutureBox | None = None):
         self._models = models
         self._generate = generate
         self._box = box or FutureBox()
+        self.training = TrainingService(models, settings, self._box)
         self._running: set[asyncio.Task[None]] = set()
 
     def capabilities(self) -> ServerCapabilities:
+        trainable = self.training.trainable()
         return ServerCapabilities(supported_models=[
-            SupportedModel(model_name=m.id, max_context_length=m.max_model_len)
+            SupportedModel(model_name=m.id, max_context_length=m.max_model_len,
+                           trainable=trainable is not None and m.id == trainable.id)
             for m in self._models.all()])
 
     @staticmethod
     def create_session() -> CreateSessionAnswer:
         return CreateSessionAnswer(session_id=f"tw-session-{uuid.uuid4().hex}")
 
+    def _trained(self, path: str, param: str) -> ServedModel:
+        """The model whose trained weights `path` names (a checkpoint on the server's disk)."""
+        self.training.sampler_file(path, param)
+        model = self.training.trainable()
+        if model is None:
+            raise NotFoundError(f"no sampler at {path!r}: this server trains no model",
+                                param=param, code="model_not_found")
+        return model
+
     def create_sampling_session(self, body: CreateSamplingSession) -> CreateSamplingSessionAnswer:
         if body.model_path is not None:
-            raise NotFoundError(
-                f"no sampler at {body.model_path!r}: tokenwire samples its served models by "
-                "name (base_model); Tinker's training and its tinker:// paths are not served",
-                param="model_path", code="model_not_found")
+            model = self._trained(body.model_path, "model_path")
+            return CreateSamplingSessionAnswer(
+                sampling_session_id=sampler_id(model.id, body.model_path))
         if body.base_model is None:
             raise InvalidRequestError("Missing required parameter: 'base_model'.",
                                       param="base_model", code="missing_required_parameter")
         model = self._models.get(body.base_model, param="base_model")
-        return CreateSamplingSessionAnswer(sampling_session_id=_sampler_id(model.id))
+        return CreateSamplingSessionAnswer(sampling_session_id=sampler_id(model.id))
 
-    def sampler(self, sampler_id: str) -> SamplerInfo:
-        name = _model_of_sampler(sampler_id)
-        if name is None:
-            raise NotFoundError(f"no sampling session {sampler_id!r}", param="sampler_id")
-        model = self._models.get(name, param="sampler_id")
-        return SamplerInfo(sampler_id=sampler_id, base_model=model.id)
+    def sampler(self, sid: str) -> SamplerInfo:
+        named = _of_sampler(sid)
+        if named is None:
+            raise NotFoundError(f"no sampling session {sid!r}", param="sampler_id")
+        model = self._models.get(named[0], param="sampler_id")
+        return SamplerInfo(sampler_id=sid, base_model=model.id, model_path=named[1])
 
-    def _model(self, req: SampleRequest) -> ServedModel:
+    def _model(self, req: SampleRequest) -> tuple[ServedModel, str | None]:
+        """The model sampled, and the sampler path of the weights it must be serving."""
         if req.model_path is not None:
-            raise NotFoundError(f"no sampler at {req.model_path!r} (training is not served)",
-                                param="model_path", code="model_not_found")
+            return self._trained(req.model_path, "model_path"), req.model_path
         if req.sampling_session_id is not None:
-            name = _model_of_sampler(req.sampling_session_id)
-            if name is None:
+            named = _of_sampler(req.sampling_session_id)
+            if named is None:
                 raise NotFoundError(f"no sampling session {req.sampling_session_id!r}",
                                     param="sampling_session_id")
-            return self._models.get(name, param="sampling_session_id")
+            return self._models.get(named[0], param="sampling_session_id"), named[1]
         if req.base_model is not None:
-            return self._models.get(req.base_model, param="base_model")
+            return self._models.get(req.base_model, param="base_model"), None
         raise InvalidRequestError("a sample names its sampling_session_id (or base_model)",
                                   param="sampling_session_id",
                                   code="missing_required_parameter")
+
+    async def _check_weights(self, model: ServedModel, path: str, param: str) -> None:
+        """A sampler of trained weights samples only while the engine serves them."""
+        served = await self.training.served_version(model)
+        if served != path:
+            raise InvalidRequestError(
+                f"the engine now serves {served!r}, not {path}: it holds one set of weights "
+                "at a time (the last save_weights_for_sampler); save these again to sample "
+                "them", param=param, code="weights_not_served")
 
     @staticmethod
     def _refuse(req: SampleRequest) -> None:
@@ -181,8 +210,11 @@ class TinkerService:
 
     async def asample(self, req: SampleRequest, caller: Caller = ANONYMOUS) -> UntypedFuture:
         """Check and plan the sample, start it, and answer its future's id."""
-        model = self._model(req)
+        model, path = self._model(req)
         self._refuse(req)
+        if path is not None:
+            await self._check_weights(model, path, "model_path" if req.model_path
+                                      else "sampling_session_id")
         offsets, at = [], 0
         for c in req.prompt.chunks:
             offsets.append(at)
@@ -238,6 +270,7 @@ class TinkerService:
         return await self._box.wait(fid, wait)
 
     async def aclose(self) -> None:
+        await self.training.aclose()
         for task in list(self._running):
             task.cancel()
         await asyncio.gather(*self._running, return_exceptions=True)

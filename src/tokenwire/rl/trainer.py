@@ -1,0 +1,245 @@
+"""The trainer process behind Tinker's training API: LoRA policies in torch, one per training
+model, served to the HTTP processes on a Unix socket (the embedded engine's frames,
+engines/embedded/_wire.py).
+
+    python -m tokenwire.rl.trainer SOCKET MODEL_DIR CHECKPOINT_DIR
+
+A request is `(op, body)`; the process answers `"queued"` as soon as it has the request in its
+one queue, then the outcome (a dict, or a `Failure`). Operations run one at a time in arrival
+order, as Tinker orders a model's calls (the SDK sends each only after the last one was
+queued), in a thread of their own: sampling runs in other processes and never waits on a step.
+A step that fails leaves the weights and the summed gradients as they were.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sys
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..engines.embedded._wire import Failure, frame, read_frame
+from ..errors import (
+    InvalidRequestError,
+    NotFoundError,
+    TokenwireError,
+    UnsupportedParameterError,
+)
+from ..serving.tinker.checkpoints import checkpoint_file, tinker_path
+from .losses import LOSSES, REQUIRED
+from .policy import LoraSpec, Policy
+
+__all__ = ["Trainer", "main"]
+
+log = logging.getLogger("tokenwire.trainer")
+
+_REFUSED_LOSSES = ("cispo", "dro", "gspo", "stable_reinforce", "custom")
+
+
+class Trainer:
+    def __init__(self, model_dir: Path, checkpoints: Path):
+        self._model_dir = model_dir
+        self._root = checkpoints
+        self._models: dict[str, Policy] = {}
+        self._saves: dict[str, int] = {}
+        self._bases: dict[str, str] = {}
+
+    def run(self, op: str, body: dict[str, Any]) -> dict[str, Any]:
+        handler: Callable[[dict[str, Any]], dict[str, Any]] | None = getattr(
+            self, f"op_{op}", None)
+        if handler is None:
+            raise UnsupportedParameterError(f"the trainer has no operation {op!r}", param="type")
+        return handler(body)
+
+    def _policy(self, model_id: str) -> Policy:
+        policy = self._models.get(model_id)
+        if policy is None:
+            raise NotFoundError(f"no training model {model_id!r} on this server "
+                                "(models live as long as the server's trainer process)",
+                                param="model_id", code="model_not_found")
+        return policy
+
+    def _new(self, spec: LoraSpec, base: str) -> tuple[str, Policy]:
+        from transformers import AutoConfig
+
+        if spec.train_unembed:
+            tied = AutoConfig.from_pretrained(self._model_dir).tie_word_embeddings
+            raise UnsupportedParameterError(
+                "train_unembed: tokenwire's trainer adapts attention and MLP projections only"
+                + (" (this model ties its output layer to its token embeddings: llama.cpp's "
+                   "LoRA has no output tensor of its own to adapt)" if tied else "")
+                + "; create the training client with train_unembed=False",
+                param="lora_config.train_unembed")
+        if not (spec.train_attn or spec.train_mlp):
+            raise InvalidRequestError("a LoRA trains attention and/or MLP layers here",
+                                      param="lora_config", code="invalid_value")
+        model_id = f"tw-run-{uuid.uuid4().hex[:16]}"
+        policy = Policy(self._model_dir, spec)
+        self._models[model_id] = policy
+        self._bases[model_id] = base
+        return model_id, policy
+
+    def op_create(self, body: dict[str, Any]) -> dict[str, Any]:
+        model_id, _ = self._new(LoraSpec(**body["lora"]), body["base_model"])
+        return {"model_id": model_id}
+
+    def op_info(self, body: dict[str, Any]) -> dict[str, Any]:
+        spec = self._policy(body["model_id"]).spec
+        return {"model_id": body["model_id"], "lora_rank": spec.rank,
+                "base_model": self._bases[body["model_id"]]}
+
+    def op_forward_backward(self, body: dict[str, Any]) -> dict[str, Any]:
+        policy = self._policy(body["model_id"])
+        loss_name = body["loss_fn"]
+        if loss_name in _REFUSED_LOSSES or loss_name not in LOSSES:
+            raise UnsupportedParameterError(
+                f"loss_fn {loss_name!r} is not served: tokenwire's trainer has "
+                f"{', '.join(LOSSES)}", param="loss_fn")
+        loss_fn, config = LOSSES[loss_name], body.get("loss_fn_config") or {}
+        data = body["data"]
+        if not data:
+            raise InvalidRequestError("forward_backward needs at least one datum", param="data",
+                                      code="invalid_value")
+        tensors = [self._datum(i, d, loss_name) for i, d in enumerate(data)]
+        forward_only = bool(body.get("forward_only"))
+        before = policy.grads()
+        try:
+            with torch.set_grad_enabled(not forward_only):
+                outputs, total = [], None
+                for tokens, inputs in tensors:
+                    target = policy.target_logprobs(tokens, inputs["target_tokens"])
+                    loss = loss_fn(target, inputs, config)
+                    outputs.append({"logprobs": target.detach().numpy().astype(np.float32),
+                                    "elementwise_loss":
+                                        loss.detach().numpy().astype(np.float32)})
+                    total = loss.sum() if total is None else total + loss.sum()
+                assert total is not None
+                if not forward_only:
+                    total.backward()  # type: ignore[no-untyped-call]
+        except Exception:
+            policy.set_grads(before)  # nothing of a failed step is kept
+            raise
+        return {"outputs": outputs, "metrics": {"loss:sum": float(total.detach())}}
+
+    @staticmethod
+    def _datum(i: int, d: dict[str, Any], loss: str) -> tuple[torch.Tensor, dict[str, Any]]:
+        tokens = np.asarray(d["tokens"], dtype=np.int64)
+        n = len(tokens)
+        if n == 0:
+            raise InvalidRequestError("a datum's model_input holds no token ids",
+                                      param=f"data[{i}].model_input", code="invalid_value")
+        inputs: dict[str, torch.Tensor] = {}
+        for name in REQUIRED[loss]:
+            if name not in d["inputs"]:
+                raise InvalidRequestError(f"loss {loss!r} needs loss_fn_inputs[{name!r}]",
+                                          param=f"data[{i}].loss_fn_inputs.{name}",
+                                          code="missing_required_parameter")
+        for name, value in d["inputs"].items():
+            arr = np.asarray(value).reshape(-1)
+            if len(arr) != n:
+                raise InvalidRequestError(
+                    f"loss_fn_inputs[{name!r}] holds {len(arr)} values for {n} input tokens",
+                    param=f"data[{i}].loss_fn_inputs.{name}", code="invalid_value")
+            inputs[name] = torch.from_numpy(arr.astype(np.int64 if name == "target_tokens"
+                                                       else np.float32))
+        return torch.from_numpy(tokens), inputs
+
+    def op_optim_step(self, body: dict[str, Any]) -> dict[str, Any]:
+        policy = self._policy(body["model_id"])
+        p = body["adam"]
+        return {"metrics": policy.step(p["learning_rate"], p["beta1"], p["beta2"], p["eps"],
+                                       p["weight_decay"], p["grad_clip_norm"])}
+
+    def _name(self, model_id: str, name: str | None) -> str:
+        if name:
+            return name
+        self._saves[model_id] = self._saves.get(model_id, 0) + 1
+        return f"{self._saves[model_id]:06d}"
+
+    def op_save(self, body: dict[str, Any]) -> dict[str, Any]:
+        model_id, kind = body["model_id"], body["kind"]
+        policy = self._policy(model_id)
+        path = tinker_path(model_id, kind, self._name(model_id, body.get("name")))
+        file = checkpoint_file(self._root, path)
+        if file.exists() and not body.get("overwrite", kind == "sampler_weights"):
+            raise InvalidRequestError(f"{path} exists (overwrite=True replaces it)",
+                                      param="path", code="invalid_value")
+        file.parent.mkdir(parents=True, exist_ok=True)
+        tmp = file.with_name(f".{file.name}.{os.getpid()}.tmp")
+        if kind == "sampler_weights":
+            policy.write_gguf(tmp)
+        else:
+            torch.save({**policy.state(), "base_model": self._bases[model_id]}, tmp)
+        os.replace(tmp, file)
+        return {"path": path, "file": str(file)}
+
+    def op_load(self, body: dict[str, Any]) -> dict[str, Any]:
+        file = checkpoint_file(self._root, body["path"], kind="weights")
+        if not file.is_file():
+            raise NotFoundError(f"no checkpoint at {body['path']}", param="path",
+                                code="model_not_found")
+        state = torch.load(file, weights_only=False)
+        model_id = body.get("model_id")
+        if model_id:
+            policy = self._policy(model_id)
+        else:
+            model_id, policy = self._new(LoraSpec(**state["spec"]), state["base_model"])
+        policy.load(state, optimizer=bool(body.get("optimizer")))
+        return {"model_id": model_id, "path": body["path"]}
+
+
+async def _serve(trainer: Trainer, sock: str) -> None:
+    queue: asyncio.Queue[tuple[str, dict[str, Any], asyncio.StreamWriter]] = asyncio.Queue()
+
+    async def work() -> None:
+        while True:
+            op, body, writer = await queue.get()
+            try:
+                answer: Any = await asyncio.to_thread(trainer.run, op, body)
+            except TokenwireError as exc:
+                answer = Failure.of(exc)
+            except Exception as exc:  # noqa: BLE001 - the caller's future says so
+                log.exception("trainer operation %s failed", op)
+                answer = Failure.of(TokenwireError(f"the trainer failed: {exc!r}"))
+            try:
+                writer.write(frame(answer))
+                await writer.drain()
+            except (ConnectionError, RuntimeError):
+                pass  # the asker is gone; the step ran all the same
+            finally:
+                writer.close()
+
+    async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            op, body = await read_frame(reader)
+        except (asyncio.IncompleteReadError, ConnectionError, ValueError, TypeError):
+            writer.close()
+            return
+        await queue.put((op, body, writer))
+        writer.write(frame("queued"))
+        await writer.drain()
+
+    worker = asyncio.create_task(work())
+    server = await asyncio.start_unix_server(accept, path=sock)
+    async with server:
+        await asyncio.gather(server.serve_forever(), worker)
+
+
+def main(argv: list[str] | None = None) -> int:
+    sock, model_dir, checkpoints = (argv if argv is not None else sys.argv[1:])[:3]
+    logging.basicConfig(level=os.environ.get("TOKENWIRE_LOG_LEVEL", "INFO").upper(),
+                        format="%(asctime)s trainer %(levelname)s %(message)s")
+    trainer = Trainer(Path(model_dir), Path(checkpoints))
+    asyncio.run(_serve(trainer, sock))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

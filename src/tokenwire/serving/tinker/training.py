@@ -1,0 +1,354 @@
+"""Tinker's training API on tokenwire: the calls go to a trainer process beside the server
+(rl/trainer.py: torch, the `rl` extra), each answered at once with a future that every worker
+reads (futures.py), as samples are.
+
+The trainer process is started by the first worker that needs it (a lock in the run directory
+says which) and listens on a socket there, so every worker of the box reaches the same models.
+A call is answered only once the trainer has it in its queue: the SDK sends a model's next call
+after the last one was answered, so the trainer runs them in the order they were made.
+
+`save_weights_for_sampler` writes the adapter as llama.cpp's GGUF LoRA and serves it on the
+embedded engine (pause, update_weights with the checkpoint's path as the weight version,
+resume): the engine holds one set of weights at a time, so a sampler of an older checkpoint is
+refused by name rather than sampled with other weights.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import importlib.util
+import json
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ...config import Settings
+from ...engines.base import ControlCall
+from ...engines.embedded._wire import Failure, frame, read_frame
+from ...engines.upstream.board import RUN_DIR_ENV
+from ...errors import (
+    EngineError,
+    InvalidRequestError,
+    TokenwireError,
+    UnsupportedParameterError,
+)
+from ...protocol.tinker import (
+    CreateModel,
+    InfoAnswer,
+    LoadWeights,
+    ModelData,
+    OptimStep,
+    SaveWeights,
+    SaveWeightsForSampler,
+    UntypedFuture,
+)
+from ..models import ModelRegistry, ServedModel
+from .checkpoints import checkpoint_file
+from .futures import FutureBox
+from .wire import forward_backward_output
+
+__all__ = ["TrainingService"]
+
+log = logging.getLogger(__name__)
+
+START_TIMEOUT = 180.0
+"""Seconds the trainer process may take to listen (torch's import)."""
+
+_JSON = {"content-type": "application/json"}
+
+Encode = Callable[[dict[str, Any]], tuple[bytes, dict[str, str]]]
+
+
+def _json(answer: dict[str, Any]) -> tuple[bytes, dict[str, str]]:
+    return json.dumps(answer).encode(), dict(_JSON)
+
+
+class _Trainer:
+    """The trainer process: found on its socket, or started (once per box)."""
+
+    def __init__(self, model_dir: Path, checkpoints: Path):
+        run_dir = os.environ.get(RUN_DIR_ENV)
+        self._dir = Path(run_dir) if run_dir else Path(tempfile.mkdtemp(prefix="tokenwire-tr-"))
+        self._own_dir = not run_dir
+        self.socket = str(self._dir / "trainer.sock")
+        self._args = [str(model_dir), str(checkpoints)]
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._lock = asyncio.Lock()
+
+    async def _open(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        try:
+            return await asyncio.open_unix_connection(self.socket)
+        except (FileNotFoundError, ConnectionRefusedError):
+            pass
+        async with self._lock:
+            await asyncio.to_thread(self._start)
+        return await asyncio.open_unix_connection(self.socket)
+
+    def _start(self) -> None:
+        """Start the process unless another worker has (the lock file says who goes)."""
+        with open(self._dir / "trainer.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if self._listening():
+                return
+            Path(self.socket).unlink(missing_ok=True)
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", "tokenwire.rl.trainer", self.socket, *self._args])
+            deadline = time.monotonic() + START_TIMEOUT
+            while not self._listening():
+                if self._proc.poll() is not None:
+                    raise EngineError(f"the trainer process exited ({self._proc.returncode}) "
+                                      "before it listened: see the server's log")
+                if time.monotonic() > deadline:
+                    raise EngineError("the trainer process did not start in time")
+                time.sleep(0.1)
+
+    def _listening(self) -> bool:
+        import socket
+
+        with socket.socket(socket.AF_UNIX) as s:
+            try:
+                s.connect(self.socket)
+            except OSError:
+                return False
+            return True
+
+    async def submit(self, op: str, body: dict[str, Any]) -> asyncio.Future[Any]:
+        """Queue the operation; the returned future is its outcome."""
+        reader, writer = await self._open()
+        try:
+            writer.write(frame((op, body)))
+            await writer.drain()
+            ack = await read_frame(reader)
+        except (asyncio.IncompleteReadError, ConnectionError) as exc:
+            writer.close()
+            raise EngineError("the trainer process closed the connection") from exc
+        if ack != "queued":
+            writer.close()
+            raise EngineError(f"the trainer answered {ack!r}")
+
+        async def outcome() -> Any:
+            try:
+                answer = await read_frame(reader)
+            except (asyncio.IncompleteReadError, ConnectionError) as exc:
+                raise EngineError("the trainer process ended before the call finished") \
+                    from exc
+            finally:
+                writer.close()
+            if isinstance(answer, Failure):
+                raise answer.error()
+            return answer
+
+        return asyncio.ensure_future(outcome())
+
+    async def aclose(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.terminate()
+            try:
+                await asyncio.to_thread(self._proc.wait, 10)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+        if self._own_dir:
+            with contextlib.suppress(OSError):
+                for p in self._dir.iterdir():
+                    p.unlink()
+                self._dir.rmdir()
+
+
+class TrainingService:
+    def __init__(self, models: ModelRegistry, settings: Settings, box: FutureBox):
+        self._models = models
+        self._settings = settings
+        self._box = box
+        self._trainer: _Trainer | None = None
+        self._running: set[asyncio.Task[None]] = set()
+
+    # -- what may be trained -----------------------------------------------------------------
+
+    def _ready(self) -> _Trainer:
+        model_dir = self._settings.trainer_model
+        if model_dir is None:
+            raise UnsupportedParameterError(
+                "Tinker's training API is not served here: start the server with "
+                "--trainer-model DIR (the served model's Hugging Face directory) and the `rl` "
+                "extra installed", param="type")
+        if importlib.util.find_spec("torch") is None or \
+                importlib.util.find_spec("transformers") is None:
+            raise UnsupportedParameterError(
+                "Tinker's training API needs the `rl` extra on the server "
+                "(pip install 'tokenwire[rl]')", param="type")
+        if self._trainer is None:
+            self._trainer = _Trainer(model_dir, self._settings.checkpoint_dir)
+        return self._trainer
+
+    def trainable(self) -> ServedModel | None:
+        """The model the trainer adapts: the first one served (its weights are the
+        `trainer_model` directory)."""
+        if self._settings.trainer_model is None:
+            return None
+        served = self._models.all()
+        return served[0] if served else None
+
+    def _base(self, name: str, param: str) -> ServedModel:
+        model = self._models.get(name, param=param)
+        trainable = self.trainable()
+        if trainable is None or model.id != trainable.id:
+            raise UnsupportedParameterError(
+                f"{name!r} is served for sampling only: the trainer adapts "
+                f"{trainable.id if trainable else 'no model'}", param=param)
+        return model
+
+    # -- calls -------------------------------------------------------------------------------
+
+    async def _submit(self, op: str, body: dict[str, Any], encode: Encode,
+                      model_id: str | None) -> UntypedFuture:
+        outcome = await self._ready().submit(op, body)
+        fid = self._box.new()
+        task = asyncio.create_task(self._settle(fid, op, outcome, encode))
+        self._running.add(task)
+        task.add_done_callback(self._running.discard)
+        return UntypedFuture(request_id=fid, model_id=model_id, sample_sequence_ids=[])
+
+    async def _settle(self, fid: str, op: str, outcome: asyncio.Future[Any],
+                      encode: Encode) -> None:
+        try:
+            payload, headers = encode(await outcome)
+        except TokenwireError as exc:
+            said = f"{exc.message} ({exc.param})" if exc.param else exc.message
+            self._box.fail(fid, said, "user" if exc.status_code < 500 else "server")
+        except asyncio.CancelledError:
+            self._box.fail(fid, f"the server shut down before {op} finished", "server")
+            raise
+        except Exception as exc:  # noqa: BLE001 - reported on the future, never left pending
+            log.exception("a Tinker %s failed", op)
+            self._box.fail(fid, f"internal error: {exc!r}", "server")
+        else:
+            self._box.finish(fid, payload, headers)
+
+    async def create_model(self, req: CreateModel) -> UntypedFuture:
+        base = self._base(req.base_model, "base_model")
+        if req.lora_config is None:
+            raise UnsupportedParameterError("a model without lora_config (full fine-tuning) "
+                                            "is not served: LoRA only", param="lora_config")
+        optimizer = (req.optimizer_config or {}).get("type", "adamw")
+        if optimizer != "adamw":
+            raise UnsupportedParameterError(f"optimizer {optimizer!r}: AdamW only",
+                                            param="optimizer_config.type")
+        lora = req.lora_config.model_dump()
+        return await self._submit(
+            "create", {"lora": lora, "base_model": base.id},
+            lambda a: _json({"model_id": a["model_id"], "type": "create_model"}), None)
+
+    async def info(self, model_id: str) -> InfoAnswer:
+        trainer = self._ready()
+        answer = await (await trainer.submit("info", {"model_id": model_id}))
+        return InfoAnswer(
+            model_id=model_id, lora_rank=answer["lora_rank"], model_name=answer["base_model"],
+            model_data=ModelData(arch="llama", model_name=answer["base_model"],
+                                 tokenizer_id=str(self._settings.trainer_model)))
+
+    async def forward_backward(self, body: dict[str, Any]) -> UntypedFuture:
+        def encode(a: dict[str, Any]) -> tuple[bytes, dict[str, str]]:
+            return forward_backward_output(a["outputs"], a["metrics"]), \
+                {"content-type": "application/x-protobuf"}
+
+        return await self._submit("forward_backward", body, encode, body["model_id"])
+
+    async def optim_step(self, req: OptimStep) -> UntypedFuture:
+        if req.optimizer_params is not None or req.adam_params is None:
+            raise UnsupportedParameterError("optimizer_params: the trainer steps with AdamW "
+                                            "(adam_params)", param="optimizer_params")
+        return await self._submit(
+            "optim_step", {"model_id": req.model_id, "adam": req.adam_params.model_dump()},
+            lambda a: _json({"metrics": a["metrics"]}), req.model_id)
+
+    async def save_weights(self, req: SaveWeights) -> UntypedFuture:
+        return await self._submit(
+            "save", {"model_id": req.model_id, "kind": "weights", "name": req.path,
+                     "overwrite": req.overwrite},
+            lambda a: _json({"path": a["path"], "type": "save_weights"}), req.model_id)
+
+    async def load_weights(self, req: LoadWeights) -> UntypedFuture:
+        checkpoint_file(self._settings.checkpoint_dir, req.path, kind="weights")  # a 400 now
+        if req.model_id is None and req.base_model is not None:
+            self._base(req.base_model, "base_model")
+        return await self._submit(
+            "load", {"model_id": req.model_id, "path": req.path, "optimizer": req.optimizer},
+            lambda a: _json({"path": a["path"], "model_id": a["model_id"],
+                             "type": "load_weights"}), req.model_id)
+
+    async def save_weights_for_sampler(self, req: SaveWeightsForSampler,
+                                       sampler_id: Callable[[str, str], str]) -> UntypedFuture:
+        if req.kind != "snapshot":
+            raise UnsupportedParameterError(
+                "kind 'inflight': the embedded engine serves one set of weights at a time, "
+                "each save a snapshot", param="kind")
+        model = self.trainable()
+        if model is None or self._settings.engine != "embedded":
+            raise UnsupportedParameterError(
+                "save_weights_for_sampler serves the adapter on the embedded engine; a "
+                "gateway's fleet takes adapters by load_lora_adapter (PEFT) and that path is "
+                "not built for Tinker's checkpoints yet", param="type")
+        trainer = self._ready()
+        outcome = await trainer.submit(
+            "save", {"model_id": req.model_id, "kind": "sampler_weights", "name": req.path})
+
+        async def served() -> dict[str, Any]:
+            saved: dict[str, Any] = await outcome
+            await self._serve_adapter(model, Path(saved["file"]), saved["path"])
+            return saved
+
+        fid = self._box.new()
+        named = req.path is not None
+        task = asyncio.create_task(self._settle(
+            fid, "save_weights_for_sampler", asyncio.ensure_future(served()),
+            lambda a: _json({"path": a["path"], "type": "save_weights_for_sampler"} if named
+                            else {"sampling_session_id": sampler_id(model.id, a["path"]),
+                                  "type": "save_weights_for_sampler"})))
+        self._running.add(task)
+        task.add_done_callback(self._running.discard)
+        return UntypedFuture(request_id=fid, model_id=req.model_id, sample_sequence_ids=[])
+
+    @staticmethod
+    async def _serve_adapter(model: ServedModel, file: Path, version: str) -> None:
+        """The adapter on the engine, its weight version the checkpoint's path."""
+        async def call(op: str, query: tuple[tuple[str, str], ...] = (),
+                       body: dict[str, Any] | None = None) -> None:
+            for answer in await model.engine.control(ControlCall(op, query, body)):
+                if not answer.ok:
+                    raise EngineError(f"{op} on {answer.replica}: {answer.body}")
+
+        await call("pause", (("mode", "wait"),))
+        try:
+            await call("update_weights", (), {
+                "update_info": {"lora_path": str(file), "weight_version": version}})
+            await call("reset_prefix_cache")
+        finally:
+            await call("resume")
+
+    async def served_version(self, model: ServedModel) -> str | None:
+        answers = await model.engine.control(ControlCall("weight_info"))
+        versions = {a.body.get("weight_version") for a in answers if isinstance(a.body, dict)}
+        return versions.pop() if len(versions) == 1 else None
+
+    def sampler_file(self, path: str, param: str) -> Path:
+        file = checkpoint_file(self._settings.checkpoint_dir, path, param=param,
+                               kind="sampler_weights")
+        if not file.is_file():
+            raise InvalidRequestError(f"no sampler weights at {path}", param=param,
+                                      code="model_not_found")
+        return file
+
+    async def aclose(self) -> None:
+        for task in list(self._running):
+            task.cancel()
+        await asyncio.gather(*self._running, return_exceptions=True)
+        if self._trainer is not None:
+            await self._trainer.aclose()
