@@ -17,7 +17,6 @@ import asyncio
 import logging
 import os
 import sys
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -66,7 +65,7 @@ class Trainer:
                                 param="model_id", code="model_not_found")
         return policy
 
-    def _new(self, spec: LoraSpec, base: str) -> tuple[str, Policy]:
+    def _new(self, spec: LoraSpec, base: str, model_id: str) -> tuple[str, Policy]:
         from transformers import AutoConfig
 
         if spec.train_unembed:
@@ -80,14 +79,16 @@ class Trainer:
         if not (spec.train_attn or spec.train_mlp):
             raise InvalidRequestError("a LoRA trains attention and/or MLP layers here",
                                       param="lora_config", code="invalid_value")
-        model_id = f"tw-run-{uuid.uuid4().hex[:16]}"
+        if model_id in self._models:
+            raise InvalidRequestError(f"training model {model_id!r} exists", param="model_seq_id",
+                                      code="invalid_value")
         policy = Policy(self._model_dir, spec)
         self._models[model_id] = policy
         self._bases[model_id] = base
         return model_id, policy
 
     def op_create(self, body: dict[str, Any]) -> dict[str, Any]:
-        model_id, _ = self._new(LoraSpec(**body["lora"]), body["base_model"])
+        model_id, _ = self._new(LoraSpec(**body["lora"]), body["base_model"], body["model_id"])
         return {"model_id": model_id}
 
     def op_info(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -190,7 +191,8 @@ class Trainer:
         if model_id:
             policy = self._policy(model_id)
         else:
-            model_id, policy = self._new(LoraSpec(**state["spec"]), state["base_model"])
+            model_id, policy = self._new(LoraSpec(**state["spec"]), state["base_model"],
+                                         body["new_model_id"])
         policy.load(state, optimizer=bool(body.get("optimizer")))
         return {"model_id": model_id, "path": body["path"]}
 

@@ -67,6 +67,12 @@ _JSON = {"content-type": "application/json"}
 Encode = Callable[[dict[str, Any]], tuple[bytes, dict[str, str]]]
 
 
+def _model_id(session_id: str, seq: int) -> str:
+    """A training model's id, as the SDK derives it too (`create_training_client_from_state`
+    knows it before the server answers); also the run in its checkpoints' `tinker://` paths."""
+    return f"{session_id}:train:{seq}"
+
+
 def _json(answer: dict[str, Any]) -> tuple[bytes, dict[str, str]]:
     return json.dumps(answer).encode(), dict(_JSON)
 
@@ -243,7 +249,8 @@ class TrainingService:
                                             param="optimizer_config.type")
         lora = req.lora_config.model_dump()
         return await self._submit(
-            "create", {"lora": lora, "base_model": base.id},
+            "create", {"lora": lora, "base_model": base.id,
+                       "model_id": _model_id(req.session_id, req.model_seq_id)},
             lambda a: _json({"model_id": a["model_id"], "type": "create_model"}), None)
 
     async def info(self, model_id: str) -> InfoAnswer:
@@ -277,10 +284,18 @@ class TrainingService:
 
     async def load_weights(self, req: LoadWeights) -> UntypedFuture:
         checkpoint_file(self._settings.checkpoint_dir, req.path, kind="weights")  # a 400 now
-        if req.model_id is None and req.base_model is not None:
-            self._base(req.base_model, "base_model")
+        new = None
+        if req.model_id is None:
+            if req.session_id is None or req.model_seq_id is None:
+                raise InvalidRequestError("load_weights names a model_id, or the session_id and "
+                                          "model_seq_id of a new one", param="model_id",
+                                          code="missing_required_parameter")
+            if req.base_model is not None:
+                self._base(req.base_model, "base_model")
+            new = _model_id(req.session_id, req.model_seq_id)
         return await self._submit(
-            "load", {"model_id": req.model_id, "path": req.path, "optimizer": req.optimizer},
+            "load", {"model_id": req.model_id, "new_model_id": new, "path": req.path,
+                     "optimizer": req.optimizer},
             lambda a: _json({"path": a["path"], "model_id": a["model_id"],
                              "type": "load_weights"}), req.model_id)
 

@@ -1,0 +1,206 @@
+"""Tinker's training API through the official `tinker` SDK against a real `tokenwire serve`
+with a trainer (`--trainer-model`, the rl extra): each loss checked against a hand computation
+on the same weights, steps that learn, a sampler of the trained adapter on the embedded engine
+(its samples' weight version naming the checkpoint), checkpoints saved and loaded, and bad
+input as the SDK's own exceptions naming the field. The embedded engine's pass only: training
+changes the weights this server serves."""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+import tinker
+import torch
+from tinker import types
+
+from tests.conftest import TEST_UPSTREAM, LiveServer, _free_port, start_server
+from tests.upstreams import hf_model_dir
+from tokenwire.api.app import create_app
+from tokenwire.config import Settings
+
+pytestmark = [pytest.mark.engine,
+              pytest.mark.skipif(bool(TEST_UPSTREAM), reason="the embedded engine's pass")]
+
+MODEL = "SmolLM2-135M-Instruct"
+KEY = "tml-tokenwire-tests"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    tmp = tmp_path_factory.mktemp("training")
+    settings = Settings(port=_free_port(), tokenizer_store=tmp / "tokenizers",
+                        trainer_model=hf_model_dir(), checkpoint_dir=tmp / "checkpoints")
+    app = create_app(settings)
+    uv, thread = start_server(app, settings.port)
+    yield LiveServer(url=f"http://127.0.0.1:{settings.port}", settings=settings, app=app)
+    uv.should_exit = True
+    thread.join(timeout=60)
+
+
+@pytest.fixture(scope="module")
+def service(server: LiveServer) -> Iterator[tinker.ServiceClient]:
+    sc = tinker.ServiceClient(base_url=server.url, api_key=KEY)
+    yield sc
+    sc.close("success").result()
+    gc.collect()
+
+
+@pytest.fixture(scope="module")
+def trainer(service: tinker.ServiceClient) -> Any:
+    return service.create_lora_training_client(base_model=MODEL, rank=8, seed=0,
+                                               train_unembed=False).result()
+
+
+@pytest.fixture(scope="module")
+def reference() -> Any:
+    """The served model's weights in torch, as the trainer loads them (a new adapter adds
+    nothing: its B matrices start at zero)."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(hf_model_dir(), dtype=torch.float32)
+    return model.eval()
+
+
+def _ids(trainer: Any, text: str) -> list[int]:
+    return trainer.get_tokenizer().encode(text)  # type: ignore[no-any-return]
+
+
+def _sft(ids: list[int], n_weights: int | None = None) -> types.Datum:
+    """Learn each next id of `ids` (`n_weights`: a wrong number of weights, for errors)."""
+    n = len(ids) - 1 if n_weights is None else n_weights
+    return types.Datum(model_input=types.ModelInput.from_ints(ids[:-1]),
+                       loss_fn_inputs={"target_tokens": np.array(ids[1:]),
+                                       "weights": np.ones(n, dtype=np.float32)})
+
+
+def test_each_loss_is_its_hand_computation(trainer: Any, reference: Any) -> None:
+    """forward (no step) with cross_entropy, importance_sampling and ppo on one batch of two:
+    the trainer's logprobs of the targets, and each loss summed over tokens as Tinker's docs
+    define it, against the same sums made here by hand; ppo's ratios straddle its clip."""
+    assert trainer.get_info().lora_rank == 8
+    texts = ["The capital of France is Paris.", "One, two, three, four, five."]
+    rng = np.random.default_rng(7)
+    data, by_hand = {}, {}
+    for text in texts:
+        ids = _ids(trainer, text)
+        inp, tgt = ids[:-1], ids[1:]
+        with torch.no_grad():
+            logits = reference(input_ids=torch.tensor([inp])).logits[0]
+        lp = torch.log_softmax(logits, -1)[torch.arange(len(tgt)), torch.tensor(tgt)].numpy()
+        weights = (np.arange(len(tgt)) >= 2).astype(np.float32)
+        adv = rng.normal(size=len(tgt)).astype(np.float32)
+        # sampler logprobs a little off the trainer's: ratios from e^-0.5 to e^0.5
+        sampled = (lp + rng.uniform(-0.5, 0.5, size=len(tgt))).astype(np.float32)
+        by_hand.setdefault("lp", []).append(lp)
+        by_hand.setdefault("cross_entropy", []).append(-(weights * lp).sum())
+        ratio = np.exp(lp - sampled)
+        by_hand.setdefault("importance_sampling", []).append(-(ratio * adv).sum())
+        clipped = np.clip(ratio, 0.8, 1.2)
+        by_hand.setdefault("ppo", []).append(-np.minimum(ratio * adv, clipped * adv).sum())
+        model_input = types.ModelInput.from_ints(inp)
+        data.setdefault("cross_entropy", []).append(types.Datum(
+            model_input=model_input,
+            loss_fn_inputs={"target_tokens": np.array(tgt), "weights": weights}))
+        for loss in ("importance_sampling", "ppo"):
+            data.setdefault(loss, []).append(types.Datum(
+                model_input=model_input,
+                loss_fn_inputs={"target_tokens": np.array(tgt), "logprobs": sampled,
+                                "advantages": adv}))
+        assert ((ratio < 0.8) | (ratio > 1.2)).any() and ((ratio > 0.8) & (ratio < 1.2)).any()
+    for loss in ("cross_entropy", "importance_sampling", "ppo"):
+        out = trainer.forward(data[loss], loss).result()
+        got = [o["logprobs"].to_numpy() for o in out.loss_fn_outputs]
+        for g, want in zip(got, by_hand["lp"], strict=True):
+            np.testing.assert_allclose(g, want, rtol=1e-4, atol=1e-4)
+        assert out.metrics["loss:sum"] == pytest.approx(sum(by_hand[loss]), rel=1e-4, abs=1e-4)
+
+
+def test_steps_learn_and_the_sampler_serves_the_checkpoint(server: LiveServer,
+                                                           trainer: Any) -> None:
+    """Three supervised steps lower the loss; save_weights_and_get_sampling_client serves
+    the adapter on the engine: its greedy sample is what /inference/v1/generate now gives
+    for the same ids, and that sample's weight version names the checkpoint."""
+    datum = _sft(_ids(trainer, "The capital of France is Paris."))
+    losses = []
+    for _ in range(3):
+        fb = trainer.forward_backward([datum], "cross_entropy")
+        step = trainer.optim_step(types.AdamParams(learning_rate=1e-3))
+        losses.append(fb.result().metrics["loss:sum"])
+        assert "grad_norm:mean" in step.result().metrics
+    assert losses[2] < losses[1] < losses[0], losses
+    sampler = trainer.save_weights_and_get_sampling_client().result()
+    prompt = _ids(trainer, "The capital of France is")
+    got = sampler.sample(prompt=types.ModelInput.from_ints(prompt), num_samples=1,
+                         sampling_params=types.SamplingParams(max_tokens=6, temperature=0.0),
+                         ).result()
+    r = httpx.post(f"{server.url}/inference/v1/generate", timeout=60, json={
+        "model": MODEL, "token_ids": prompt,
+        "sampling_params": {"max_tokens": 6, "temperature": 0.0}})
+    (choice,) = r.json()["choices"]
+    assert got.sequences[0].tokens == choice["token_ids"]
+    (span,) = choice["weight_versions"]
+    assert span["version"].startswith("tinker://") and "/sampler_weights/" in span["version"]
+    info = sampler.get_sampler().result() if hasattr(sampler, "get_sampler") else None
+    if info is not None:
+        assert info.model_path == span["version"]
+
+
+def test_a_checkpoint_loads_into_a_new_model_with_the_same_outputs(
+        service: tinker.ServiceClient, trainer: Any) -> None:
+    datum = _sft(_ids(trainer, "Two plus two is four."))
+    path = trainer.save_state("ckpt-a").result().path
+    assert path.startswith("tinker://") and path.endswith("/weights/ckpt-a")
+    loaded = service.create_training_client_from_state_with_optimizer(path).result()
+    assert loaded.get_info().model_id != trainer.get_info().model_id
+    a = trainer.forward([datum], "cross_entropy").result()
+    b = loaded.forward([datum], "cross_entropy").result()
+    np.testing.assert_array_equal(a.loss_fn_outputs[0]["logprobs"].to_numpy(),
+                                  b.loss_fn_outputs[0]["logprobs"].to_numpy())
+
+
+def test_what_the_trainer_cannot_do_is_refused_by_name(service: tinker.ServiceClient,
+                                                       trainer: Any, tmp_path: Path) -> None:
+    ids = _ids(trainer, "Hello there, friend.")
+    inp, tgt = ids[:-1], ids[1:]
+    with pytest.raises(tinker.RequestFailedError, match=r"lora_config\.train_unembed"):
+        service.create_lora_training_client(base_model=MODEL, rank=4).result()  # SDK default
+    good = types.Datum(model_input=types.ModelInput.from_ints(inp),
+                       loss_fn_inputs={"target_tokens": np.array(tgt),
+                                       "logprobs": np.zeros(len(tgt), dtype=np.float32),
+                                       "advantages": np.ones(len(tgt), dtype=np.float32)})
+    with pytest.raises(tinker.RequestFailedError, match=r"loss_fn 'cispo'.*\(loss_fn\)"):
+        trainer.forward_backward([good], "cispo").result()
+    before = trainer.forward([_sft(ids)], "cross_entropy").result()
+    with pytest.raises(tinker.RequestFailedError, match=r"data\[1\]\.loss_fn_inputs\.weights"):
+        trainer.forward_backward([_sft(ids), _sft(ids, n_weights=2)], "cross_entropy").result()
+    with pytest.raises(tinker.RequestFailedError,
+                       match=r"data\[0\]\.loss_fn_inputs\.advantages"):
+        trainer.forward_backward([types.Datum(
+            model_input=types.ModelInput.from_ints(inp),
+            loss_fn_inputs={"target_tokens": np.array(tgt),
+                            "logprobs": np.zeros(len(tgt), dtype=np.float32)})], "ppo").result()
+    trainer.optim_step(types.AdamParams(learning_rate=1e-2)).result()  # nothing summed: no-op
+    after = trainer.forward([_sft(ids)], "cross_entropy").result()
+    # the failed steps left the weights (and the gradients) as they were
+    np.testing.assert_array_equal(before.loss_fn_outputs[0]["logprobs"].to_numpy(),
+                                  after.loss_fn_outputs[0]["logprobs"].to_numpy())
+    with pytest.raises(tinker.BadRequestError, match="model_path"):
+        service.create_sampling_client(
+            model_path="tinker://tw-run-nope/sampler_weights/000001").result()
+
+
+def test_a_sampler_of_an_older_checkpoint_is_refused(trainer: Any) -> None:
+    """The embedded engine holds one set of weights: a sampler of the weights it no longer
+    serves says so rather than sampling others."""
+    old = trainer.save_weights_and_get_sampling_client().result()
+    trainer.save_weights_and_get_sampling_client().result()
+    prompt = types.ModelInput.from_ints(_ids(trainer, "Hi"))
+    with pytest.raises(tinker.BadRequestError, match="sampling_session_id"):
+        old.sample(prompt=prompt, num_samples=1,
+                   sampling_params=types.SamplingParams(max_tokens=2)).result()
