@@ -64,15 +64,22 @@ from ..protocol.tgi import (
 )
 from ..protocol.tinker import (
     ClientConfig,
+    CreateModel,
     CreateSamplingSession,
     CreateSamplingSessionAnswer,
     CreateSession,
     CreateSessionAnswer,
     DynamicConfig,
     FutureRequest,
+    GetInfo,
+    InfoAnswer,
+    LoadWeights,
+    OptimStep,
     RequestFailed,
     SampleRequest,
     SamplerInfo,
+    SaveWeights,
+    SaveWeightsForSampler,
     SdkVersion,
     ServerCapabilities,
     SessionCall,
@@ -180,8 +187,10 @@ _TINKER: dict[tuple[str, str], Endpoint] = {
         UntypedFuture, errors=(400, 404, 429, 503)),
     ("POST", "/api/v1/retrieve_future"): Endpoint(
         "Tinker's SDK: a future, waited for up to 25 s", FutureRequest, errors=(400,), raw={
-            "200": {"description": "The finished sample (tinker_public.SampleResponse, "
-                                   "protobuf), or JSON: try_again, or a failure",
+            "200": {"description": "The finished sample or forward pass "
+                                   "(tinker_public.SampleResponse, ForwardBackwardOutput: "
+                                   "protobuf), a training call's JSON answer, or JSON: "
+                                   "try_again, or a failure",
                     "content": {"application/x-protobuf": {"schema": {
                                     "type": "string", "contentEncoding": "binary"}},
                                 "application/json": {"schema": {"anyOf": [
@@ -193,6 +202,29 @@ _TINKER: dict[tuple[str, str], Endpoint] = {
     ("POST", "/api/v1/cancel_future"): Endpoint(
         "Tinker's SDK: accepted, nothing cancelled", FutureRequest, raw=_OK, errors=(400,)),
     ("POST", "/api/v1/telemetry"): Endpoint("Tinker's SDK: its telemetry, accepted", raw=_OK),
+    ("POST", "/api/v1/create_model"): Endpoint(
+        "Tinker's SDK: a LoRA on the trainable model (the rl extra); answers its future's id",
+        CreateModel, UntypedFuture, errors=(400, 404, 503)),
+    ("POST", "/api/v1/get_info"): Endpoint(
+        "Tinker's SDK: a training model's base model, rank and tokenizer directory", GetInfo,
+        InfoAnswer, errors=(400, 404, 503)),
+    ("POST", "/api/v1/forward_backward"): Endpoint(
+        "Tinker's SDK: a training batch (tinker_public.ForwardBackwardRequest, protobuf, "
+        "zstd or not) through a loss, gradients summed unless forward_only; answers its "
+        "future's id", response=UntypedFuture, errors=(400, 404, 503)),
+    ("POST", "/api/v1/optim_step"): Endpoint(
+        "Tinker's SDK: an AdamW step on the summed gradients; answers its future's id",
+        OptimStep, UntypedFuture, errors=(400, 404, 503)),
+    ("POST", "/api/v1/save_weights"): Endpoint(
+        "Tinker's SDK: a checkpoint (adapter and optimizer) at a tinker:// path; answers its "
+        "future's id", SaveWeights, UntypedFuture, errors=(400, 404, 503)),
+    ("POST", "/api/v1/load_weights"): Endpoint(
+        "Tinker's SDK: a checkpoint into a model, or into a new one; answers its future's id",
+        LoadWeights, UntypedFuture, errors=(400, 404, 503)),
+    ("POST", "/api/v1/save_weights_for_sampler"): Endpoint(
+        "Tinker's SDK: the adapter served by the embedded engine, its weight version the "
+        "checkpoint's path; answers its future's id", SaveWeightsForSampler, UntypedFuture,
+        errors=(400, 404, 503)),
 }
 """Tinker's routes (api/tinker.py, docs/api/tinker.md)."""
 
