@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["GGUF_NAMES", "write_lora_gguf"]
+__all__ = ["GGUF_NAMES", "UNEMBED", "untie_gguf", "write_lora_gguf"]
 
 GGUF_NAMES = {
     "self_attn.q_proj": "attn_q",
@@ -30,6 +30,9 @@ GGUF_NAMES = {
     "mlp.down_proj": "ffn_down",
 }
 """A Llama-family layer's linear modules (transformers' names) -> llama.cpp's tensor names."""
+
+UNEMBED = "lm_head"
+"""The output projection (transformers' name): llama.cpp's `output.weight`."""
 
 _LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.(.+)$")
 
@@ -54,20 +57,25 @@ def write_lora_gguf(path: str | Path, pairs: Mapping[str, tuple[np.ndarray, np.n
     writer.add_float32(gguf.Keys.Adapter.LORA_ALPHA, float(alpha))
     for name, (a, b) in sorted(pairs.items()):
         m = _LAYER.search(name)
-        if m is None or m.group(2) not in GGUF_NAMES:
+        unembed = name.rsplit(".", 1)[-1] == UNEMBED
+        if not unembed and (m is None or m.group(2) not in GGUF_NAMES):
             raise ValueError(f"{name!r} is not a Llama-family layer's linear module "
-                             f"({', '.join(GGUF_NAMES)})")
-        layer, module = int(m.group(1)), m.group(2)
+                             f"({', '.join(GGUF_NAMES)}) nor {UNEMBED}")
         a = np.ascontiguousarray(a, dtype=np.float32)
         b = np.asarray(b, dtype=np.float32)
         if a.ndim != 2 or b.ndim != 2 or a.shape[0] != b.shape[1]:
             raise ValueError(f"{name}: A {a.shape} and B {b.shape} are not a LoRA pair "
                              "(A: rank x in, B: out x rank)")
-        if module == "self_attn.q_proj":
-            b = _permute(b, n_head)
-        elif module == "self_attn.k_proj":
-            b = _permute(b, n_head_kv)
-        base = f"blk.{layer}.{GGUF_NAMES[module]}.weight"
+        if unembed:  # needs an output tensor of its own in the base (untie_gguf)
+            base = "output.weight"
+        else:
+            assert m is not None
+            layer, module = int(m.group(1)), m.group(2)
+            if module == "self_attn.q_proj":
+                b = _permute(b, n_head)
+            elif module == "self_attn.k_proj":
+                b = _permute(b, n_head_kv)
+            base = f"blk.{layer}.{GGUF_NAMES[module]}.weight"
         writer.add_tensor(f"{base}.lora_a", a)
         writer.add_tensor(f"{base}.lora_b", np.ascontiguousarray(b))
     writer.write_header_to_file()
@@ -75,3 +83,38 @@ def write_lora_gguf(path: str | Path, pairs: Mapping[str, tuple[np.ndarray, np.n
     writer.write_tensors_to_file()
     writer.close()
     return Path(path)
+
+
+def untie_gguf(src: str | Path, dst: str | Path) -> Path:
+    """A copy of a model whose output layer is its token embeddings (no `output.weight`: llama.cpp
+    then reads `token_embd.weight` twice) with `output.weight` a tensor of its own, the same
+    quantized bytes: the same logits, and an unembedding LoRA has a tensor to adapt. The
+    metadata and tensors are copied as gguf's own `gguf_new_metadata` script copies them."""
+    import gguf
+
+    reader = gguf.GGUFReader(str(src))
+    names = [t.name for t in reader.tensors]
+    if "output.weight" in names or "token_embd.weight" not in names:
+        raise ValueError(f"{src}: not a model with tied embeddings")
+    arch = reader.fields[gguf.Keys.General.ARCHITECTURE].contents()
+    tmp = Path(dst).with_name(Path(dst).name + ".partial")
+    writer = gguf.GGUFWriter(str(tmp), arch=arch, endianess=reader.endianess)
+    for field in reader.fields.values():
+        if field.name == gguf.Keys.General.ARCHITECTURE or field.name.startswith("GGUF."):
+            continue
+        kind = field.types[0]
+        sub = field.types[-1] if kind == gguf.GGUFValueType.ARRAY else None
+        writer.add_key_value(field.name, field.contents(), kind, sub_type=sub)
+    embd = next(t for t in reader.tensors if t.name == "token_embd.weight")
+    tensors = [*reader.tensors, embd]
+    for i, t in enumerate(tensors):
+        name = "output.weight" if i == len(reader.tensors) else t.name
+        writer.add_tensor_info(name, t.data.shape, t.data.dtype, t.data.nbytes, t.tensor_type)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_ti_data_to_file()
+    for t in tensors:
+        writer.write_tensor_data(t.data, tensor_endianess=reader.endianess)
+    writer.close()
+    tmp.replace(dst)
+    return Path(dst)

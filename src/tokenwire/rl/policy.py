@@ -3,8 +3,10 @@ the base weights frozen (a Hugging Face directory of the same model the engine s
 LoRA pair on each attention and/or MLP projection, trained with AdamW.
 
 The adapter leaves as llama.cpp's GGUF LoRA (`lora.write_lora_gguf`) for the embedded engine.
-An unembedding LoRA is refused where the model ties its output layer to its embeddings
-(SmolLM2): llama.cpp has no output tensor to adapt there.
+An unembedding LoRA (`train_unembed`, the SDK's default) adapts the output projection alone,
+also where the model ties it to its token embeddings (SmolLM2): the embeddings stay as they
+are, and the engine then serves a copy of the model with an output tensor of its own
+(`lora.untie_gguf`) for the adapter to apply to.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any
 
 import torch
 
-from .lora import GGUF_NAMES, write_lora_gguf
+from .lora import UNEMBED, write_lora_gguf
 
 __all__ = ["ALPHA", "LoraLinear", "LoraSpec", "Policy"]
 
@@ -35,8 +37,7 @@ class LoraSpec:
     seed: int | None = None
     train_mlp: bool = True
     train_attn: bool = True
-    train_unembed: bool = False
-    """Refused by the trainer: no unembedding LoRA is built."""
+    train_unembed: bool = True
 
 
 class LoraLinear(torch.nn.Module):
@@ -77,6 +78,9 @@ class Policy:
                 lora = LoraLinear(getattr(parent, name), spec.rank, ALPHA, gen)
                 setattr(parent, name, lora)
                 self.adapters[f"model.layers.{i}.{target}"] = lora
+        if spec.train_unembed:
+            self.model.lm_head = LoraLinear(self.model.lm_head, spec.rank, ALPHA, gen)
+            self.adapters[UNEMBED] = self.model.lm_head
         self.params = [p for a in self.adapters.values() for p in (a.lora_a, a.lora_b)]
         self.optimizer = torch.optim.AdamW(self.params, lr=1e-4, betas=(0.9, 0.95),
                                            eps=1e-12, weight_decay=0.0)
@@ -126,11 +130,15 @@ class Policy:
         if optimizer and "optimizer" in state:
             self.optimizer.load_state_dict(state["optimizer"])
 
+    @property
+    def unembeds(self) -> bool:
+        return UNEMBED in self.adapters
+
     def write_gguf(self, path: Path) -> Path:
-        """The adapter as llama.cpp's GGUF LoRA, for the embedded engine."""
+        """The adapter as llama.cpp's GGUF LoRA, for the embedded engine (with an unembedding
+        pair, for a base with an output tensor of its own)."""
         config = self.model.config
         pairs = {name: (a.lora_a.detach().numpy(), a.lora_b.detach().numpy())
-                 for name, a in self.adapters.items()
-                 if name.split(".", 3)[3] in GGUF_NAMES}
+                 for name, a in self.adapters.items()}
         return write_lora_gguf(path, pairs, alpha=ALPHA, n_head=config.num_attention_heads,
                                n_head_kv=config.num_key_value_heads)

@@ -2,7 +2,7 @@
 model, served to the HTTP processes on a Unix socket (the embedded engine's frames,
 engines/embedded/_wire.py).
 
-    python -m tokenwire.rl.trainer SOCKET MODEL_DIR CHECKPOINT_DIR
+    python -m tokenwire.rl.trainer SOCKET MODEL_DIR CHECKPOINT_DIR [SERVED_GGUF]
 
 A request is `(op, body)`; the process answers `"queued"` as soon as it has the request in its
 one queue, then the outcome (a dict, or a `Failure`). Operations run one at a time in arrival
@@ -43,9 +43,11 @@ _REFUSED_LOSSES = ("cispo", "dro", "gspo", "stable_reinforce", "custom")
 
 
 class Trainer:
-    def __init__(self, model_dir: Path, checkpoints: Path):
+    def __init__(self, model_dir: Path, checkpoints: Path, served: Path | None = None):
         self._model_dir = model_dir
         self._root = checkpoints
+        self._served = served
+        """The GGUF the engine serves, for an untied copy (an unembedding adapter's base)."""
         self._models: dict[str, Policy] = {}
         self._saves: dict[str, int] = {}
         self._bases: dict[str, str] = {}
@@ -66,19 +68,6 @@ class Trainer:
         return policy
 
     def _new(self, spec: LoraSpec, base: str, model_id: str) -> tuple[str, Policy]:
-        from transformers import AutoConfig
-
-        if spec.train_unembed:
-            tied = AutoConfig.from_pretrained(self._model_dir).tie_word_embeddings
-            raise UnsupportedParameterError(
-                "train_unembed: tokenwire's trainer adapts attention and MLP projections only"
-                + (" (this model ties its output layer to its token embeddings: llama.cpp's "
-                   "LoRA has no output tensor of its own to adapt)" if tied else "")
-                + "; create the training client with train_unembed=False",
-                param="lora_config.train_unembed")
-        if not (spec.train_attn or spec.train_mlp):
-            raise InvalidRequestError("a LoRA trains attention and/or MLP layers here",
-                                      param="lora_config", code="invalid_value")
         if model_id in self._models:
             raise InvalidRequestError(f"training model {model_id!r} exists", param="model_seq_id",
                                       code="invalid_value")
@@ -179,7 +168,29 @@ class Trainer:
         else:
             torch.save({**policy.state(), "base_model": self._bases[model_id]}, tmp)
         os.replace(tmp, file)
-        return {"path": path, "file": str(file)}
+        base = self._untied() if kind == "sampler_weights" and policy.unembeds else None
+        return {"path": path, "file": str(file), "base": base}
+
+    def _untied(self) -> str | None:
+        """The served model with an output tensor of its own, made once per served file (None:
+        the served model has one already)."""
+        import gguf
+
+        from .lora import untie_gguf
+
+        if self._served is None:
+            raise UnsupportedParameterError(
+                "an unembedding adapter on a served model this trainer was not told the file "
+                "of", param="lora_config.train_unembed")
+        reader = gguf.GGUFReader(str(self._served))
+        if any(t.name == "output.weight" for t in reader.tensors):
+            return None
+        stat = self._served.stat()
+        out = self._root / "_untied" / f"{self._served.stem}-{stat.st_size}-{stat.st_mtime_ns}.gguf"
+        if not out.is_file():
+            out.parent.mkdir(parents=True, exist_ok=True)
+            untie_gguf(self._served, out)
+        return str(out)
 
     def op_load(self, body: dict[str, Any]) -> dict[str, Any]:
         file = checkpoint_file(self._root, body["path"], kind="weights")
@@ -235,10 +246,12 @@ async def _serve(trainer: Trainer, sock: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    sock, model_dir, checkpoints = (argv if argv is not None else sys.argv[1:])[:3]
+    args = argv if argv is not None else sys.argv[1:]
+    sock, model_dir, checkpoints = args[:3]
+    served = Path(args[3]) if len(args) > 3 else None
     logging.basicConfig(level=os.environ.get("TOKENWIRE_LOG_LEVEL", "INFO").upper(),
                         format="%(asctime)s trainer %(levelname)s %(message)s")
-    trainer = Trainer(Path(model_dir), Path(checkpoints))
+    trainer = Trainer(Path(model_dir), Path(checkpoints), served)
     asyncio.run(_serve(trainer, sock))
     return 0
 

@@ -9,8 +9,9 @@ after the last one was answered, so the trainer runs them in the order they were
 
 `save_weights_for_sampler` writes the adapter as llama.cpp's GGUF LoRA and serves it on the
 embedded engine (pause, update_weights with the checkpoint's path as the weight version,
-resume): the engine holds one set of weights at a time, so a sampler of an older checkpoint is
-refused by name rather than sampled with other weights.
+resume; an unembedding adapter of a model that ties its embeddings first loads the model's
+untied copy, the trainer's `_untied`): the engine holds one set of weights at a time, so a
+sampler of an older checkpoint is refused by name rather than sampled with other weights.
 """
 
 from __future__ import annotations
@@ -80,12 +81,12 @@ def _json(answer: dict[str, Any]) -> tuple[bytes, dict[str, str]]:
 class _Trainer:
     """The trainer process: found on its socket, or started (once per box)."""
 
-    def __init__(self, model_dir: Path, checkpoints: Path):
+    def __init__(self, model_dir: Path, checkpoints: Path, served: Path | None):
         run_dir = os.environ.get(RUN_DIR_ENV)
         self._dir = Path(run_dir) if run_dir else Path(tempfile.mkdtemp(prefix="tokenwire-tr-"))
         self._own_dir = not run_dir
         self.socket = str(self._dir / "trainer.sock")
-        self._args = [str(model_dir), str(checkpoints)]
+        self._args = [str(model_dir), str(checkpoints), *([str(served)] if served else [])]
         self._proc: subprocess.Popen[bytes] | None = None
         self._lock = asyncio.Lock()
 
@@ -191,7 +192,9 @@ class TrainingService:
                 "Tinker's training API needs the `rl` extra on the server "
                 "(pip install 'tokenwire[rl]')", param="type")
         if self._trainer is None:
-            self._trainer = _Trainer(model_dir, self._settings.checkpoint_dir)
+            served = self._settings.model_path() if self._settings.engine == "embedded" \
+                else None
+            self._trainer = _Trainer(model_dir, self._settings.checkpoint_dir, served)
         return self._trainer
 
     def trainable(self) -> ServedModel | None:
@@ -317,7 +320,7 @@ class TrainingService:
 
         async def served() -> dict[str, Any]:
             saved: dict[str, Any] = await outcome
-            await self._serve_adapter(model, Path(saved["file"]), saved["path"])
+            await self._serve_adapter(model, Path(saved["file"]), saved["path"], saved["base"])
             return saved
 
         fid = self._box.new()
@@ -332,8 +335,10 @@ class TrainingService:
         return UntypedFuture(request_id=fid, model_id=req.model_id, sample_sequence_ids=[])
 
     @staticmethod
-    async def _serve_adapter(model: ServedModel, file: Path, version: str) -> None:
-        """The adapter on the engine, its weight version the checkpoint's path."""
+    async def _serve_adapter(model: ServedModel, file: Path, version: str,
+                             base: str | None) -> None:
+        """The adapter on the engine, its weight version the checkpoint's path; first the
+        untied copy of the model where the adapter adapts the output layer (`base`)."""
         async def call(op: str, query: tuple[tuple[str, str], ...] = (),
                        body: dict[str, Any] | None = None) -> None:
             for answer in await model.engine.control(ControlCall(op, query, body)):
@@ -342,6 +347,8 @@ class TrainingService:
 
         await call("pause", (("mode", "wait"),))
         try:
+            if base is not None:
+                await call("update_weights", (), {"update_info": {"weights_path": base}})
             await call("update_weights", (), {
                 "update_info": {"lora_path": str(file), "weight_version": version}})
             await call("reset_prefix_cache")
