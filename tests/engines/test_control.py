@@ -23,7 +23,7 @@ from tokenwire.errors import (
     UnsupportedParameterError,
     WeightVersionUnavailableError,
 )
-from tokenwire.rl.lora import write_lora_gguf
+from tokenwire.rl.lora import untie_gguf, write_lora_gguf
 
 pytestmark = [pytest.mark.anyio, pytest.mark.engine]
 
@@ -210,6 +210,28 @@ async def test_a_lora_adapter_is_served_without_a_restart(eng: LlamaCppEngine, s
                                                        "lora_scale": 0.5}})
     version = (await call(eng, "weight_info"))["weight_version"]  # type: ignore[index]
     assert version == f"{before['weight_version']}+lora:{content_version(lora)}@0.5"  # type: ignore[index]
+
+
+async def test_an_untied_copy_serves_the_same_logits_and_takes_an_unembedding_lora(
+        eng: LlamaCppEngine, story: list[int], model_path: Path, tmp_path: Path) -> None:
+    """SmolLM2 ties its output layer to its embeddings; its untied copy (Tinker's unembedding
+    LoRA needs an output tensor: rl/lora.py) decodes the same ids with the same logprobs, and
+    an adapter on `output.weight` applies to it."""
+    def lps(tokens: list[TokenEvent]) -> list[float]:
+        return [t.logprob or 0.0 for t in tokens]
+
+    base, _ = await run(eng, story, max_tokens=12, ignore_eos=True, logprobs=0)
+    untied = untie_gguf(model_path, tmp_path / "untied.gguf")
+    await call(eng, "update_weights", {"update_info": {"weights_path": str(untied)}})
+    same, _ = await run(eng, story, max_tokens=12, ignore_eos=True, logprobs=0)
+    assert ids(same) == ids(base) and lps(same) == lps(base)
+    rng = np.random.default_rng(1)
+    head = write_lora_gguf(tmp_path / "head.gguf", {"lm_head": (
+        rng.normal(0, 0.05, (4, 576)), rng.normal(0, 0.05, (49152, 4)))},
+        alpha=8, n_head=9, n_head_kv=3)
+    await call(eng, "update_weights", {"update_info": {"lora_path": str(head)}})
+    tuned, _ = await run(eng, story, max_tokens=12, ignore_eos=True, logprobs=0)
+    assert abs(lps(tuned)[0] - lps(base)[0]) > 0.01
 
 
 async def test_a_gguf_replaces_the_weights_when_nothing_runs(eng: LlamaCppEngine, prompt: list[int],
