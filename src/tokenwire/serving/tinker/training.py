@@ -206,8 +206,15 @@ class TrainingService:
         return served[0] if served else None
 
     def _base(self, name: str, param: str) -> ServedModel:
-        model = self._models.get(name, param=param)
+        """A served model by its id, or the trainable one by its `--trainer-model` directory:
+        tinker-cookbook's recipes name the base model as they load its tokenizer (a local
+        directory where there is no hub)."""
         trainable = self.trainable()
+        model_dir = self._settings.trainer_model
+        if trainable is not None and model_dir is not None and name.startswith("/") and \
+                Path(name).resolve() == model_dir.resolve():
+            return trainable
+        model = self._models.get(name, param=param)
         if trainable is None or model.id != trainable.id:
             raise UnsupportedParameterError(
                 f"{name!r} is served for sampling only: the trainer adapts "
