@@ -12,8 +12,10 @@ import importlib.util
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -204,6 +206,10 @@ def test_what_the_trainer_cannot_do_is_refused_by_name(service: tinker.ServiceCl
             model_input=types.ModelInput.from_ints(inp),
             loss_fn_inputs={"target_tokens": np.array(tgt),
                             "logprobs": np.zeros(len(tgt), dtype=np.float32)})], "ppo").result()
+    with pytest.raises(tinker.RequestFailedError, match=r"data\[0\]\.model_input"):
+        trainer.forward([_sft([10**6, *ids])], "cross_entropy").result()  # no such id
+    with pytest.raises(tinker.RequestFailedError, match=r"longer than the model's context"):
+        trainer.forward([_sft(ids * 2000)], "cross_entropy").result()  # 12k ids: over 8192
     trainer.optim_step(types.AdamParams(learning_rate=1e-2)).result()  # nothing summed: no-op
     after = trainer.forward([_sft(ids)], "cross_entropy").result()
     # the failed steps left the weights (and the gradients) as they were
@@ -282,3 +288,34 @@ def test_the_cookbooks_supervised_recipe_runs_unchanged(server: LiveServer,
     assert [row["step"] for row in rows] == [0, 1]
     assert all(0 < row["train_mean_nll"] < 10 and math.isfinite(row["train_mean_nll"])
                for row in rows)
+
+
+# -- last: it ends the trainer process the module shares ------------------------------------
+
+
+def _pid_of(socket: str) -> int:
+    """The process whose command line names `socket` (the trainer's)."""
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and socket.encode() in (proc / "cmdline").read_bytes():
+                return int(proc.name)
+        except OSError:
+            continue
+    raise LookupError(socket)
+
+
+def test_a_trainer_that_dies_fails_its_future_and_the_next_call_starts_another(
+        server: LiveServer, service: tinker.ServiceClient) -> None:
+    """SIGKILL the trainer process mid-batch: the batch's future fails (never left pending),
+    the models it held are gone (404 naming model_id), and the next call starts a new one."""
+    trainer = service.create_lora_training_client(base_model=MODEL, rank=4).result()
+    ids = _ids(trainer, "A long sentence to train on, again and again. " * 20)
+    batch = trainer.forward_backward([_sft(ids)] * 24, "cross_entropy")
+    time.sleep(1.5)  # queued and running (24 x ~250 tokens: several seconds here)
+    os.kill(_pid_of(server.app.state.tinker.training.socket), signal.SIGKILL)  # type: ignore[attr-defined]
+    with pytest.raises(tinker.RequestFailedError, match="trainer process ended"):
+        batch.result()
+    with pytest.raises(tinker.RequestFailedError, match="model_id"):
+        trainer.forward([_sft(ids)], "cross_entropy").result()
+    again = service.create_lora_training_client(base_model=MODEL, rank=4).result()
+    assert again.forward([_sft(ids)], "cross_entropy").result().metrics["loss:sum"] > 0

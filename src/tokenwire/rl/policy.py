@@ -81,6 +81,8 @@ class Policy:
         if spec.train_unembed:
             self.model.lm_head = LoraLinear(self.model.lm_head, spec.rank, ALPHA, gen)
             self.adapters[UNEMBED] = self.model.lm_head
+        self.max_len = int(self.model.config.max_position_embeddings)
+        self.vocab_size = int(self.model.config.vocab_size)
         self.params = [p for a in self.adapters.values() for p in (a.lora_a, a.lora_b)]
         self.optimizer = torch.optim.AdamW(self.params, lr=1e-4, betas=(0.9, 0.95),
                                            eps=1e-12, weight_decay=0.0)

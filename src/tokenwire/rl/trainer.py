@@ -98,7 +98,7 @@ class Trainer:
         if not data:
             raise InvalidRequestError("forward_backward needs at least one datum", param="data",
                                       code="invalid_value")
-        tensors = [self._datum(i, d, loss_name) for i, d in enumerate(data)]
+        tensors = [self._datum(policy, i, d, loss_name) for i, d in enumerate(data)]
         forward_only = bool(body.get("forward_only"))
         before = policy.grads()
         outputs, total = [], 0.0
@@ -121,12 +121,21 @@ class Trainer:
         return {"outputs": outputs, "metrics": {"loss:sum": total}}
 
     @staticmethod
-    def _datum(i: int, d: dict[str, Any], loss: str) -> tuple[torch.Tensor, dict[str, Any]]:
+    def _datum(policy: Policy, i: int, d: dict[str, Any],
+               loss: str) -> tuple[torch.Tensor, dict[str, Any]]:
         tokens = np.asarray(d["tokens"], dtype=np.int64)
         n = len(tokens)
         if n == 0:
             raise InvalidRequestError("a datum's model_input holds no token ids",
                                       param=f"data[{i}].model_input", code="invalid_value")
+        if n > policy.max_len:
+            raise InvalidRequestError(
+                f"a datum of {n} tokens is longer than the model's context ({policy.max_len})",
+                param=f"data[{i}].model_input", code="context_length_exceeded")
+        vocab = policy.vocab_size
+        if int(tokens.min()) < 0 or int(tokens.max()) >= vocab:
+            raise InvalidRequestError(f"a token id outside the vocabulary (0..{vocab - 1})",
+                                      param=f"data[{i}].model_input", code="invalid_token_id")
         inputs: dict[str, torch.Tensor] = {}
         for name in REQUIRED[loss]:
             if name not in d["inputs"]:
@@ -141,6 +150,11 @@ class Trainer:
                     param=f"data[{i}].loss_fn_inputs.{name}", code="invalid_value")
             inputs[name] = torch.from_numpy(arr.astype(np.int64 if name == "target_tokens"
                                                        else np.float32))
+        targets = inputs["target_tokens"]
+        if int(targets.min()) < 0 or int(targets.max()) >= vocab:
+            raise InvalidRequestError(f"a target id outside the vocabulary (0..{vocab - 1})",
+                                      param=f"data[{i}].loss_fn_inputs.target_tokens",
+                                      code="invalid_token_id")
         return torch.from_numpy(tokens), inputs
 
     def op_optim_step(self, body: dict[str, Any]) -> dict[str, Any]:

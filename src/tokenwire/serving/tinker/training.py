@@ -106,6 +106,9 @@ class _Trainer:
             if self._listening():
                 return
             Path(self.socket).unlink(missing_ok=True)
+            if self._proc is not None:  # one that died: reaped, not left a zombie
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self._proc.wait(5)
             self._proc = subprocess.Popen(
                 [sys.executable, "-m", "tokenwire.rl.trainer", self.socket, *self._args])
             deadline = time.monotonic() + START_TIMEOUT
@@ -196,6 +199,11 @@ class TrainingService:
                 else None
             self._trainer = _Trainer(model_dir, self._settings.checkpoint_dir, served)
         return self._trainer
+
+    @property
+    def socket(self) -> str:
+        """The trainer process's socket (it names the process: the tests' fault injection)."""
+        return self._ready().socket
 
     def trainable(self) -> ServedModel | None:
         """The model the trainer adapts: the first one served (its weights are the
