@@ -87,10 +87,19 @@ class Policy:
         self.optimizer = torch.optim.AdamW(self.params, lr=1e-4, betas=(0.9, 0.95),
                                            eps=1e-12, weight_decay=0.0)
 
-    def target_logprobs(self, tokens: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """log p(targets[i] | tokens[:i + 1]) for each position."""
-        logits = self.model(input_ids=tokens[None]).logits[0].float()
-        return torch.log_softmax(logits, dim=-1).gather(1, targets[:, None])[:, 0]
+    def target_logprobs(self, batch: list[tuple[torch.Tensor, torch.Tensor]]
+                        ) -> list[torch.Tensor]:
+        """For each (tokens, targets): log p(targets[i] | tokens[:i + 1]) at each position.
+        One forward pass for the batch, padded on the right: a causal model's real positions
+        never see the padding after them."""
+        width = max(len(t) for t, _ in batch)
+        ids = torch.zeros(len(batch), width, dtype=torch.long)
+        mask = torch.zeros(len(batch), width, dtype=torch.long)
+        for row, (tokens, _) in enumerate(batch):
+            ids[row, :len(tokens)], mask[row, :len(tokens)] = tokens, 1
+        logits = self.model(input_ids=ids, attention_mask=mask).logits.float()
+        return [torch.log_softmax(logits[row, :len(t)], dim=-1).gather(1, y[:, None])[:, 0]
+                for row, (t, y) in enumerate(batch)]
 
     def grads(self) -> list[torch.Tensor | None]:
         return [None if p.grad is None else p.grad.clone() for p in self.params]

@@ -43,6 +43,27 @@ log = logging.getLogger("tokenwire.trainer")
 _REFUSED_LOSSES = ("cispo", "dro", "gspo", "stable_reinforce", "custom")
 
 
+MICRO_BATCH_TOKENS = 2048
+"""Most padded tokens in one forward pass (its logits: 2048 x the vocabulary, 400 MB for
+SmolLM2's 49,152 ids, kept with the graph until its backward)."""
+
+
+def _micro_batches(data: list[tuple[torch.Tensor, dict[str, Any]]]
+                   ) -> list[list[tuple[torch.Tensor, dict[str, Any]]]]:
+    """The data in order, cut where one more datum would pad the batch past the budget."""
+    parts: list[list[tuple[torch.Tensor, dict[str, Any]]]] = []
+    width = 0
+    for datum in data:
+        n = len(datum[0])
+        if parts and max(width, n) * (len(parts[-1]) + 1) <= MICRO_BATCH_TOKENS:
+            parts[-1].append(datum)
+            width = max(width, n)
+        else:
+            parts.append([datum])
+            width = n
+    return parts
+
+
 class Trainer:
     def __init__(self, model_dir: Path, checkpoints: Path, served: Path | None = None):
         self._model_dir = model_dir
@@ -104,17 +125,20 @@ class Trainer:
         outputs, total = [], 0.0
         try:
             with torch.set_grad_enabled(not forward_only):
-                # each datum's gradients summed as it goes: the gradient of the batch's sum,
-                # with one datum's graph in memory at a time (64 at once took 12 GB)
-                for tokens, inputs in tensors:
-                    target = policy.target_logprobs(tokens, inputs["target_tokens"])
-                    loss = loss_fn(target, inputs, config)
-                    outputs.append({"logprobs": target.detach().numpy().astype(np.float32),
-                                    "elementwise_loss":
-                                        loss.detach().numpy().astype(np.float32)})
+                # micro-batches' gradients summed as they go: the gradient of the batch's sum,
+                # with one micro-batch's graph in memory at a time (64 data at once took 12 GB)
+                for part in _micro_batches(tensors):
+                    targets = policy.target_logprobs(
+                        [(tokens, inputs["target_tokens"]) for tokens, inputs in part])
+                    losses = [loss_fn(target, inputs, config)
+                              for target, (_, inputs) in zip(targets, part, strict=True)]
+                    for target, loss in zip(targets, losses, strict=True):
+                        outputs.append({"logprobs": target.detach().numpy().astype(np.float32),
+                                        "elementwise_loss":
+                                            loss.detach().numpy().astype(np.float32)})
+                        total += float(loss.detach().sum())
                     if not forward_only:
-                        loss.sum().backward()  # type: ignore[no-untyped-call]
-                    total += float(loss.detach().sum())
+                        torch.stack([loss.sum() for loss in losses]).sum().backward()  # type: ignore[no-untyped-call]
         except Exception:
             policy.set_grads(before)  # nothing of a failed step is kept
             raise
