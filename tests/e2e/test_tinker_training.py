@@ -171,6 +171,38 @@ def test_steps_learn_and_the_sampler_serves_the_checkpoint(server: LiveServer,
     assert -sum(served) < losses[0] - 2.0, (sum(served), losses)
 
 
+def test_gradients_sum_until_the_step(service: tinker.ServiceClient, trainer: Any) -> None:
+    """Two forward_backward calls then a step move the weights as one call with both batches
+    then a step (Tinker's contract: gradients accumulate until optim_step)."""
+    a, b = _sft(_ids(trainer, "Red sky at night.")), _sft(_ids(trainer, "Blue sea by day."))
+    probe = [_sft(_ids(trainer, "Green grass in spring."))]
+    two = service.create_lora_training_client(base_model=MODEL, rank=4, seed=3).result()
+    one = service.create_lora_training_client(base_model=MODEL, rank=4, seed=3).result()
+    two.forward_backward([a], "cross_entropy").result()
+    two.forward_backward([b], "cross_entropy").result()
+    two.optim_step(types.AdamParams(learning_rate=1e-2)).result()
+    one.forward_backward([a, b], "cross_entropy").result()
+    one.optim_step(types.AdamParams(learning_rate=1e-2)).result()
+    after = [m.forward(probe, "cross_entropy").result().loss_fn_outputs[0]["logprobs"].to_numpy()
+             for m in (two, one)]
+    np.testing.assert_allclose(after[0], after[1], rtol=1e-4, atol=1e-4)
+    base = service.create_lora_training_client(base_model=MODEL, rank=4, seed=3).result()
+    before = base.forward(probe, "cross_entropy").result().loss_fn_outputs[0]["logprobs"]
+    assert np.abs(before.to_numpy() - after[0]).max() > 1e-3  # the step did move them
+
+
+def test_a_call_sent_twice_runs_once(server: LiveServer, trainer: Any) -> None:
+    """A call whose seq_id already ran (an SDK retry after a lost answer) is refused, not
+    stepped twice."""
+    mid = trainer.get_info().model_id
+    r = httpx.post(f"{server.url}/api/v1/optim_step", headers={"X-API-Key": KEY}, json={
+        "model_id": mid, "seq_id": 1, "adam_params": {"learning_rate": 0.1}})
+    assert r.status_code == 200, r.text
+    outcome = httpx.post(f"{server.url}/api/v1/retrieve_future", headers={"X-API-Key": KEY},
+                         json={"request_id": r.json()["request_id"]}, timeout=60).json()
+    assert outcome["category"] == "user" and "seq_id 1" in outcome["error"], outcome
+
+
 def test_a_checkpoint_loads_into_a_new_model_with_the_same_outputs(
         service: tinker.ServiceClient, trainer: Any) -> None:
     datum = _sft(_ids(trainer, "Two plus two is four."))
@@ -206,6 +238,13 @@ def test_what_the_trainer_cannot_do_is_refused_by_name(service: tinker.ServiceCl
             model_input=types.ModelInput.from_ints(inp),
             loss_fn_inputs={"target_tokens": np.array(tgt),
                             "logprobs": np.zeros(len(tgt), dtype=np.float32)})], "ppo").result()
+    with pytest.raises(tinker.RequestFailedError, match=r"data\[0\]\.loss_fn_inputs\.mask"):
+        trainer.forward([types.Datum(model_input=types.ModelInput.from_ints(inp), loss_fn_inputs={
+            "target_tokens": np.array(tgt), "weights": np.ones(len(tgt), dtype=np.float32),
+            "mask": np.ones(len(tgt), dtype=np.float32)})], "cross_entropy").result()
+    with pytest.raises(tinker.RequestFailedError, match=r"loss_fn_config\.clip"):
+        trainer.forward([_sft(ids)], "cross_entropy",
+                        loss_fn_config={"clip_low_threshold": 0.5}).result()
     with pytest.raises(tinker.RequestFailedError, match=r"data\[0\]\.model_input"):
         trainer.forward([_sft([10**6, *ids])], "cross_entropy").result()  # no such id
     with pytest.raises(tinker.RequestFailedError, match=r"longer than the model's context"):

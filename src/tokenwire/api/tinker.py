@@ -8,6 +8,8 @@ training batch `forward_backward` posts; everything else is JSON."""
 
 from __future__ import annotations
 
+import asyncio
+
 from pydantic import BaseModel
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -136,7 +138,9 @@ async def get_info(request: Request) -> Response:
 async def forward_backward(request: Request) -> Response:
     """The batch is the SDK's protobuf (zstd-compressed where the client config asks)."""
     service = _service(request)
-    body = read_forward_backward(await request.body(), request.headers.get("content-encoding"))
+    # a batch's body runs to megabytes: unpacked off the event loop
+    body = await asyncio.to_thread(read_forward_backward, await request.body(),
+                                   request.headers.get("content-encoding"))
     return ModelResponse(await service.training.forward_backward(body))
 
 

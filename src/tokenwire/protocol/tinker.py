@@ -20,6 +20,7 @@ __all__ = [
     "InfoAnswer",
     "LoadWeights",
     "LoraConfig",
+    "ModelData",
     "OptimStep",
     "SaveWeights",
     "SaveWeightsForSampler",
@@ -244,7 +245,6 @@ class AdamParams(RequestModel):
 class CreateModel(RequestModel):
     """`POST /api/v1/create_model`: a LoRA on a served base model."""
 
-    model_config = ConfigDict(extra="allow", strict=True)
     session_id: str
     model_seq_id: int = 0
     base_model: str

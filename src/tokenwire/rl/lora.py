@@ -99,6 +99,9 @@ def untie_gguf(src: str | Path, dst: str | Path) -> Path:
     arch = reader.fields[gguf.Keys.General.ARCHITECTURE].contents()
     tmp = Path(dst).with_name(Path(dst).name + ".partial")
     writer = gguf.GGUFWriter(str(tmp), arch=arch, endianess=reader.endianess)
+    alignment = reader.fields.get(gguf.Keys.General.ALIGNMENT)
+    if alignment is not None:  # the tensors' padding follows it, as gguf_new_metadata's does
+        writer.data_alignment = int(alignment.contents())
     for field in reader.fields.values():
         if field.name == gguf.Keys.General.ARCHITECTURE or field.name.startswith("GGUF."):
             continue

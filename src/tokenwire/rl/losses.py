@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 
 import torch
 
-__all__ = ["LOSSES", "Loss", "REQUIRED"]
+__all__ = ["CONFIG", "LOSSES", "Loss", "READS", "REQUIRED"]
 
 Loss = Callable[[torch.Tensor, Mapping[str, torch.Tensor], Mapping[str, float]], torch.Tensor]
 """(target logprobs, loss_fn_inputs, loss_fn_config) -> the elementwise loss."""
@@ -71,3 +71,12 @@ REQUIRED: dict[str, tuple[str, ...]] = {
     "ppo": ("target_tokens", "logprobs", "advantages"),
 }
 """The loss_fn_inputs each loss reads (every one as long as the datum's model_input)."""
+
+_CLIP = ("clip_low_threshold", "clip_high_threshold")
+
+READS: dict[str, tuple[str, ...]] = {**REQUIRED, "ppo": (*REQUIRED["ppo"], *_CLIP)}
+"""Every loss_fn_inputs name each loss reads (any other is refused by name)."""
+
+CONFIG: dict[str, tuple[str, ...]] = {"cross_entropy": (), "importance_sampling": (),
+                                      "ppo": _CLIP}
+"""The loss_fn_config keys each loss reads."""

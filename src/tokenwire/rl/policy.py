@@ -131,15 +131,26 @@ class Policy:
         return state
 
     def load(self, state: dict[str, Any], optimizer: bool) -> None:
+        """The checkpoint's adapter (and AdamW's moments, or fresh ones): checked whole before
+        anything is copied, so a checkpoint that does not fit changes nothing."""
         saved = state["adapters"]
         if set(saved) != set(self.adapters):
-            raise ValueError("the checkpoint adapts other layers than this model")
+            raise ValueError("it adapts other layers than this model")
+        for name, (a, b) in saved.items():
+            mine = self.adapters[name]
+            if a.shape != mine.lora_a.shape or b.shape != mine.lora_b.shape:
+                raise ValueError(f"{name}: rank {a.shape[0]}, this model's {mine.lora_a.shape[0]}")
+        if optimizer and "optimizer" not in state:
+            raise ValueError("it holds no optimizer state")
+        fresh = torch.optim.AdamW(self.params, lr=1e-4, betas=(0.9, 0.95), eps=1e-12,
+                                  weight_decay=0.0)
+        if optimizer:
+            fresh.load_state_dict(state["optimizer"])
         with torch.no_grad():
             for name, (a, b) in saved.items():
                 self.adapters[name].lora_a.copy_(a)
                 self.adapters[name].lora_b.copy_(b)
-        if optimizer and "optimizer" in state:
-            self.optimizer.load_state_dict(state["optimizer"])
+        self.optimizer = fresh
 
     @property
     def unembeds(self) -> bool:

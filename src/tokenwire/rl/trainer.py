@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import pickle
 import sys
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -31,9 +32,10 @@ from ..errors import (
     NotFoundError,
     TokenwireError,
     UnsupportedParameterError,
+    internal_error,
 )
 from ..serving.tinker.checkpoints import checkpoint_file, tinker_path
-from .losses import LOSSES, REQUIRED
+from .losses import CONFIG, LOSSES, READS, REQUIRED
 from .policy import LoraSpec, Policy
 
 __all__ = ["Trainer", "main"]
@@ -73,12 +75,22 @@ class Trainer:
         self._models: dict[str, Policy] = {}
         self._saves: dict[str, int] = {}
         self._bases: dict[str, str] = {}
+        self._seqs: dict[str, int] = {}
 
     def run(self, op: str, body: dict[str, Any]) -> dict[str, Any]:
         handler: Callable[[dict[str, Any]], dict[str, Any]] | None = getattr(
             self, f"op_{op}", None)
         if handler is None:
             raise UnsupportedParameterError(f"the trainer has no operation {op!r}", param="type")
+        model_id, seq = body.get("model_id"), body.get("seq_id")
+        if model_id in self._models and isinstance(seq, int) and seq > 0:
+            # the SDK numbers a model's calls; one sent again (a retry after a lost answer)
+            # must not sum its gradients or step twice
+            if seq <= self._seqs.get(model_id, 0):
+                raise InvalidRequestError(
+                    f"seq_id {seq} of {model_id!r} was already run (the last: "
+                    f"{self._seqs[model_id]})", param="seq_id", code="duplicate_id")
+            self._seqs[model_id] = seq
         return handler(body)
 
     def _policy(self, model_id: str) -> Policy:
@@ -89,17 +101,23 @@ class Trainer:
                                 param="model_id", code="model_not_found")
         return policy
 
-    def _new(self, spec: LoraSpec, base: str, model_id: str) -> tuple[str, Policy]:
+    def _new(self, spec: LoraSpec, model_id: str) -> Policy:
+        """A new model's policy (registered by `_add` once all of its making succeeded)."""
         if model_id in self._models:
             raise InvalidRequestError(f"training model {model_id!r} exists", param="model_seq_id",
                                       code="invalid_value")
-        policy = Policy(self._model_dir, spec)
+        if not (spec.train_attn or spec.train_mlp or spec.train_unembed):
+            raise InvalidRequestError("a LoRA trains attention, MLP or unembedding layers",
+                                      param="lora_config", code="invalid_value")
+        return Policy(self._model_dir, spec)
+
+    def _add(self, model_id: str, policy: Policy, base: str) -> None:
         self._models[model_id] = policy
         self._bases[model_id] = base
-        return model_id, policy
 
     def op_create(self, body: dict[str, Any]) -> dict[str, Any]:
-        model_id, _ = self._new(LoraSpec(**body["lora"]), body["base_model"], body["model_id"])
+        model_id = body["model_id"]
+        self._add(model_id, self._new(LoraSpec(**body["lora"]), model_id), body["base_model"])
         return {"model_id": model_id}
 
     def op_info(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -115,6 +133,12 @@ class Trainer:
                 f"loss_fn {loss_name!r} is not served: tokenwire's trainer has "
                 f"{', '.join(LOSSES)}", param="loss_fn")
         loss_fn, config = LOSSES[loss_name], body.get("loss_fn_config") or {}
+        for key in config:
+            if key not in CONFIG[loss_name]:
+                raise UnsupportedParameterError(
+                    f"loss {loss_name!r} takes no {key!r} in loss_fn_config"
+                    + (f" ({', '.join(CONFIG[loss_name])})" if CONFIG[loss_name] else ""),
+                    param=f"loss_fn_config.{key}")
         data = body["data"]
         if not data:
             raise InvalidRequestError("forward_backward needs at least one datum", param="data",
@@ -167,7 +191,15 @@ class Trainer:
                                           param=f"data[{i}].loss_fn_inputs.{name}",
                                           code="missing_required_parameter")
         for name, value in d["inputs"].items():
+            if name not in READS[loss]:
+                raise UnsupportedParameterError(
+                    f"loss {loss!r} reads {', '.join(READS[loss])}, not {name!r}",
+                    param=f"data[{i}].loss_fn_inputs.{name}")
             arr = np.asarray(value).reshape(-1)
+            if arr.dtype.kind == "f" and not np.isfinite(arr).all():
+                raise InvalidRequestError(f"loss_fn_inputs[{name!r}] holds NaN or infinity",
+                                          param=f"data[{i}].loss_fn_inputs.{name}",
+                                          code="invalid_value")
             if len(arr) != n:
                 raise InvalidRequestError(
                     f"loss_fn_inputs[{name!r}] holds {len(arr)} values for {n} input tokens",
@@ -198,7 +230,7 @@ class Trainer:
         policy = self._policy(model_id)
         path = tinker_path(model_id, kind, self._name(model_id, body.get("name")))
         file = checkpoint_file(self._root, path)
-        if file.exists() and not body.get("overwrite", kind == "sampler_weights"):
+        if file.exists() and not body.get("overwrite"):
             raise InvalidRequestError(f"{path} exists (overwrite=True replaces it)",
                                       param="path", code="invalid_value")
         file.parent.mkdir(parents=True, exist_ok=True)
@@ -233,19 +265,30 @@ class Trainer:
         return str(out)
 
     def op_load(self, body: dict[str, Any]) -> dict[str, Any]:
-        file = checkpoint_file(self._root, body["path"], kind="weights")
+        path = body["path"]
+        file = checkpoint_file(self._root, path, kind="weights")
         if not file.is_file():
-            raise NotFoundError(f"no checkpoint at {body['path']}", param="path",
+            raise NotFoundError(f"no checkpoint at {path}", param="path",
                                 code="model_not_found")
-        state = torch.load(file, weights_only=False)
+        try:
+            state = torch.load(file, weights_only=True)
+            spec, base = LoraSpec(**state["spec"]), str(state["base_model"])
+        except (KeyError, TypeError, RuntimeError, pickle.UnpicklingError) as exc:
+            raise InvalidRequestError(f"{path} is not a tokenwire training checkpoint",
+                                      param="path", code="invalid_value") from exc
         model_id = body.get("model_id")
         if model_id:
             policy = self._policy(model_id)
         else:
-            model_id, policy = self._new(LoraSpec(**state["spec"]), state["base_model"],
-                                         body["new_model_id"])
-        policy.load(state, optimizer=bool(body.get("optimizer")))
-        return {"model_id": model_id, "path": body["path"]}
+            model_id, policy = body["new_model_id"], self._new(spec, body["new_model_id"])
+        try:
+            policy.load(state, optimizer=bool(body.get("optimizer")))
+        except (ValueError, KeyError, RuntimeError) as exc:
+            raise InvalidRequestError(f"{path} does not fit this model: {exc}", param="path",
+                                      code="invalid_value") from exc
+        if model_id not in self._models:
+            self._add(model_id, policy, base)
+        return {"model_id": model_id, "path": path}
 
 
 async def _serve(trainer: Trainer, sock: str) -> None:
@@ -260,17 +303,17 @@ async def _serve(trainer: Trainer, sock: str) -> None:
         while True:
             op, body, writer = await queue.get()
             try:
-                answer: Any = await loop.run_in_executor(thread, trainer.run, op, body)
+                answer = frame(await loop.run_in_executor(thread, trainer.run, op, body))
             except TokenwireError as exc:
-                answer = Failure.of(exc)
+                answer = frame(Failure.of(exc))
             except Exception as exc:  # noqa: BLE001 - the caller's future says so
                 log.exception("trainer operation %s failed", op)
-                answer = Failure.of(TokenwireError(f"the trainer failed: {exc!r}"))
+                answer = frame(Failure.of(internal_error(f"the trainer's {op}", exc)))
             try:
-                writer.write(frame(answer))
+                writer.write(answer)
                 await writer.drain()
-            except (ConnectionError, RuntimeError):
-                pass  # the asker is gone; the step ran all the same
+            except Exception:  # noqa: BLE001 - the asker is gone; the step ran all the same
+                pass
             finally:
                 writer.close()
 
@@ -284,10 +327,24 @@ async def _serve(trainer: Trainer, sock: str) -> None:
         writer.write(frame("queued"))
         await writer.drain()
 
+    async def orphaned() -> None:
+        """The trainer lives as long as the worker that started it: a server killed outright
+        (SIGKILL) cannot stop it, so it stops itself (as the engine process does)."""
+        parent = os.getppid()
+        while os.getppid() == parent:
+            await asyncio.sleep(1.0)
+        log.warning("the server that started the trainer is gone: stopping")
+
     worker = asyncio.create_task(work())
     server = await asyncio.start_unix_server(accept, path=sock)
     async with server:
-        await asyncio.gather(server.serve_forever(), worker)
+        done, _ = await asyncio.wait([asyncio.create_task(server.serve_forever()), worker,
+                                      asyncio.create_task(orphaned())],
+                                     return_when=asyncio.FIRST_COMPLETED)
+        for task in done:
+            if task is not worker or task.cancelled():
+                continue
+            task.result()  # a failure of the queue's loop is the process's
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -229,13 +229,13 @@ class TinkerService:
             exc.param = _tinker_param(exc.param, offsets)
             raise
         fid = self._box.new()
-        task = asyncio.create_task(self._run(fid, plan, req))
+        task = asyncio.create_task(self._run(fid, plan, req, path))
         self._running.add(task)
         task.add_done_callback(self._running.discard)
         return UntypedFuture(request_id=fid, model_id=model.id,
                              sample_sequence_ids=[f"{fid}:{i}" for i in range(req.num_samples)])
 
-    async def _run(self, fid: str, plan: Plan, req: SampleRequest) -> None:
+    async def _run(self, fid: str, plan: Plan, req: SampleRequest, path: str | None) -> None:
         ids = [t for c in req.prompt.chunks for t in c.tokens or ()]
         try:
             results = await self._generate.finished(plan)
@@ -260,6 +260,13 @@ class TinkerService:
             return
         spans = [[s.model_dump() for s in wire_spans(r.weight_versions) or []]
                  for r in results]
+        if path is not None and any(s["version"] != path for seq in spans for s in seq):
+            # checked at asample, and again here: a save for the sampler may have swapped the
+            # engine's weights in between
+            self._box.fail(fid, f"the engine's weights changed from {path} during the sample "
+                           "(another save_weights_for_sampler): sample again from the newest "
+                           "(weights_not_served)", "user")
+            return
         self._box.finish(fid, payload, {
             "x-tokenwire-tokenizer-version": plan.space.client.version,
             "x-tokenwire-weight-versions": json.dumps(spans, separators=(",", ":"))})

@@ -40,6 +40,7 @@ from ...errors import (
     InvalidRequestError,
     TokenwireError,
     UnsupportedParameterError,
+    internal_error,
 )
 from ...protocol.tinker import (
     CreateModel,
@@ -62,6 +63,8 @@ log = logging.getLogger(__name__)
 
 START_TIMEOUT = 180.0
 """Seconds the trainer process may take to listen (torch's import)."""
+ACK_TIMEOUT = 30.0
+"""Seconds the trainer may take to say it has a call in its queue."""
 
 _JSON = {"content-type": "application/json"}
 
@@ -97,7 +100,10 @@ class _Trainer:
             pass
         async with self._lock:
             await asyncio.to_thread(self._start)
-        return await asyncio.open_unix_connection(self.socket)
+        try:
+            return await asyncio.open_unix_connection(self.socket)
+        except OSError as exc:
+            raise EngineError("the trainer process stopped listening as it started") from exc
 
     def _start(self) -> None:
         """Start the process unless another worker has (the lock file says who goes)."""
@@ -106,9 +112,7 @@ class _Trainer:
             if self._listening():
                 return
             Path(self.socket).unlink(missing_ok=True)
-            if self._proc is not None:  # one that died: reaped, not left a zombie
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    self._proc.wait(5)
+            self._stop()  # one that died is reaped; one that hangs, stopped
             self._proc = subprocess.Popen(
                 [sys.executable, "-m", "tokenwire.rl.trainer", self.socket, *self._args])
             deadline = time.monotonic() + START_TIMEOUT
@@ -117,8 +121,21 @@ class _Trainer:
                     raise EngineError(f"the trainer process exited ({self._proc.returncode}) "
                                       "before it listened: see the server's log")
                 if time.monotonic() > deadline:
+                    self._stop()
                     raise EngineError("the trainer process did not start in time")
                 time.sleep(0.1)
+
+    def _stop(self) -> None:
+        if self._proc is None:
+            return
+        if self._proc.poll() is None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+        self._proc = None
 
     def _listening(self) -> bool:
         import socket
@@ -136,10 +153,10 @@ class _Trainer:
         try:
             writer.write(frame((op, body)))
             await writer.drain()
-            ack = await read_frame(reader)
-        except (asyncio.IncompleteReadError, ConnectionError) as exc:
+            ack = await asyncio.wait_for(read_frame(reader), ACK_TIMEOUT)
+        except (asyncio.IncompleteReadError, ConnectionError, TimeoutError) as exc:
             writer.close()
-            raise EngineError("the trainer process closed the connection") from exc
+            raise EngineError("the trainer process did not take the call") from exc
         if ack != "queued":
             writer.close()
             raise EngineError(f"the trainer answered {ack!r}")
@@ -159,12 +176,7 @@ class _Trainer:
         return asyncio.ensure_future(outcome())
 
     async def aclose(self) -> None:
-        if self._proc is not None and self._proc.poll() is None:
-            self._proc.terminate()
-            try:
-                await asyncio.to_thread(self._proc.wait, 10)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
+        await asyncio.to_thread(self._stop)
         if self._own_dir:
             with contextlib.suppress(OSError):
                 for p in self._dir.iterdir():
@@ -179,6 +191,7 @@ class TrainingService:
         self._box = box
         self._trainer: _Trainer | None = None
         self._running: set[asyncio.Task[None]] = set()
+        self._swap = asyncio.Lock()
 
     # -- what may be trained -----------------------------------------------------------------
 
@@ -252,7 +265,7 @@ class TrainingService:
             raise
         except Exception as exc:  # noqa: BLE001 - reported on the future, never left pending
             log.exception("a Tinker %s failed", op)
-            self._box.fail(fid, f"internal error: {exc!r}", "server")
+            self._box.fail(fid, internal_error(f"the server's {op}", exc).message, "server")
         else:
             self._box.finish(fid, payload, headers)
 
@@ -291,17 +304,25 @@ class TrainingService:
             raise UnsupportedParameterError("optimizer_params: the trainer steps with AdamW "
                                             "(adam_params)", param="optimizer_params")
         return await self._submit(
-            "optim_step", {"model_id": req.model_id, "adam": req.adam_params.model_dump()},
+            "optim_step", {"model_id": req.model_id, "seq_id": req.seq_id,
+                           "adam": req.adam_params.model_dump()},
             lambda a: _json({"metrics": a["metrics"]}), req.model_id)
 
     async def save_weights(self, req: SaveWeights) -> UntypedFuture:
         return await self._submit(
-            "save", {"model_id": req.model_id, "kind": "weights", "name": req.path,
-                     "overwrite": req.overwrite},
+            "save", {"model_id": req.model_id, "seq_id": req.seq_id, "kind": "weights",
+                     "name": req.path, "overwrite": req.overwrite},
             lambda a: _json({"path": a["path"], "type": "save_weights"}), req.model_id)
 
     async def load_weights(self, req: LoadWeights) -> UntypedFuture:
         checkpoint_file(self._settings.checkpoint_dir, req.path, kind="weights")  # a 400 now
+        if req.optimizer_config is not None and req.optimizer_config.get("type") != "adamw":
+            raise UnsupportedParameterError("optimizer_config: AdamW only",
+                                            param="optimizer_config.type")
+        if req.weights_access_token is not None:
+            raise UnsupportedParameterError(
+                "weights_access_token: checkpoints are this server's own files",
+                param="weights_access_token")
         new = None
         if req.model_id is None:
             if req.session_id is None or req.model_seq_id is None:
@@ -312,8 +333,8 @@ class TrainingService:
                 self._base(req.base_model, "base_model")
             new = _model_id(req.session_id, req.model_seq_id)
         return await self._submit(
-            "load", {"model_id": req.model_id, "new_model_id": new, "path": req.path,
-                     "optimizer": req.optimizer},
+            "load", {"model_id": req.model_id, "seq_id": req.seq_id, "new_model_id": new,
+                     "path": req.path, "optimizer": req.optimizer},
             lambda a: _json({"path": a["path"], "model_id": a["model_id"],
                              "type": "load_weights"}), req.model_id)
 
@@ -331,11 +352,14 @@ class TrainingService:
                 "not built for Tinker's checkpoints yet", param="type")
         trainer = self._ready()
         outcome = await trainer.submit(
-            "save", {"model_id": req.model_id, "kind": "sampler_weights", "name": req.path})
+            "save", {"model_id": req.model_id, "seq_id": req.seq_id, "kind": "sampler_weights",
+                     "name": req.path})
 
         async def served() -> dict[str, Any]:
             saved: dict[str, Any] = await outcome
-            await self._serve_adapter(model, Path(saved["file"]), saved["path"], saved["base"])
+            async with self._swap:  # one swap of the engine's weights at a time (this worker's)
+                await self._serve_adapter(model, Path(saved["file"]), saved["path"],
+                                          saved["base"])
             return saved
 
         fid = self._box.new()
@@ -360,8 +384,8 @@ class TrainingService:
                 if not answer.ok:
                     raise EngineError(f"{op} on {answer.replica}: {answer.body}")
 
-        await call("pause", (("mode", "wait"),))
         try:
+            await call("pause", (("mode", "wait"),))
             if base is not None:
                 await call("update_weights", (), {"update_info": {"weights_path": base}})
             await call("update_weights", (), {

@@ -135,7 +135,12 @@ def read_forward_backward(body: bytes, encoding: str | None) -> dict[str, Any]:
                     f"a model_input chunk of type {chunk.WhichOneof('chunk')!r}: tokenwire "
                     "trains on token ids (encoded_text chunks) only",
                     param=f"data[{i}].model_input.chunks[{j}]")
-            tokens.append(np.frombuffer(chunk.encoded_text.tokens, dtype="<i4"))
+            raw = chunk.encoded_text.tokens
+            if len(raw) % 4:
+                raise InvalidRequestError("token ids are packed as int32: the bytes' length is "
+                                          "not a multiple of 4", code="invalid_value",
+                                          param=f"data[{i}].model_input.chunks[{j}].tokens")
+            tokens.append(np.frombuffer(raw, dtype="<i4"))
         inputs = {name: _tensor(pb, t, f"data[{i}].loss_fn_inputs.{name}")
                   for name, t in d.loss_fn_inputs.items()}
         data.append({"tokens": np.concatenate(tokens) if tokens else np.zeros(0, "<i4"),
