@@ -32,7 +32,9 @@ from tests.upstreams import hf_model_dir
 from tokenwire.api.app import create_app
 from tokenwire.config import Settings
 
-pytestmark = [pytest.mark.engine,
+# slow: a server with a trainer process, the Hugging Face model `make test` makes, and the
+# cookbook's recipes as processes of their own (about 2 min)
+pytestmark = [pytest.mark.engine, pytest.mark.slow,
               pytest.mark.skipif(bool(TEST_UPSTREAM), reason="the embedded engine's pass")]
 
 MODEL = "SmolLM2-135M-Instruct"
