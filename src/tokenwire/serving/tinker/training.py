@@ -2,8 +2,8 @@
 (rl/trainer.py: torch, the `rl` extra), each answered at once with a future that every worker
 reads (futures.py), as samples are.
 
-The trainer process is started by the first worker that needs it (a lock in the run directory
-says which) and listens on a socket there, so every worker of the box reaches the same models.
+The trainer process is started by the first worker that needs it (trainer_process.py) and
+listens on a socket in the run directory, so every worker of the box reaches the same models.
 A call is answered only once the trainer has it in its queue: the SDK sends a model's next call
 after the last one was answered, so the trainer runs them in the order they were made.
 
@@ -17,24 +17,15 @@ sampler of an older checkpoint is refused by name rather than sampled with other
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import fcntl
 import importlib.util
 import json
 import logging
-import os
-import subprocess
-import sys
-import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from ...config import Settings
 from ...engines.base import ControlCall
-from ...engines.embedded._wire import Failure, frame, read_frame
-from ...engines.upstream.board import RUN_DIR_ENV
 from ...errors import (
     EngineError,
     InvalidRequestError,
@@ -55,16 +46,12 @@ from ...protocol.tinker import (
 from ..models import ModelRegistry, ServedModel
 from .checkpoints import checkpoint_file
 from .futures import FutureBox
+from .trainer_process import TrainerProcess
 from .wire import forward_backward_output
 
 __all__ = ["TrainingService"]
 
 log = logging.getLogger(__name__)
-
-START_TIMEOUT = 180.0
-"""Seconds the trainer process may take to listen (torch's import)."""
-ACK_TIMEOUT = 30.0
-"""Seconds the trainer may take to say it has a call in its queue."""
 
 _JSON = {"content-type": "application/json"}
 
@@ -81,121 +68,18 @@ def _json(answer: dict[str, Any]) -> tuple[bytes, dict[str, str]]:
     return json.dumps(answer).encode(), dict(_JSON)
 
 
-class _Trainer:
-    """The trainer process: found on its socket, or started (once per box)."""
-
-    def __init__(self, model_dir: Path, checkpoints: Path, served: Path | None):
-        run_dir = os.environ.get(RUN_DIR_ENV)
-        self._dir = Path(run_dir) if run_dir else Path(tempfile.mkdtemp(prefix="tokenwire-tr-"))
-        self._own_dir = not run_dir
-        self.socket = str(self._dir / "trainer.sock")
-        self._args = [str(model_dir), str(checkpoints), *([str(served)] if served else [])]
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._lock = asyncio.Lock()
-
-    async def _open(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        try:
-            return await asyncio.open_unix_connection(self.socket)
-        except (FileNotFoundError, ConnectionRefusedError):
-            pass
-        async with self._lock:
-            await asyncio.to_thread(self._start)
-        try:
-            return await asyncio.open_unix_connection(self.socket)
-        except OSError as exc:
-            raise EngineError("the trainer process stopped listening as it started") from exc
-
-    def _start(self) -> None:
-        """Start the process unless another worker has (the lock file says who goes)."""
-        with open(self._dir / "trainer.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            if self._listening():
-                return
-            Path(self.socket).unlink(missing_ok=True)
-            self._stop()  # one that died is reaped; one that hangs, stopped
-            self._proc = subprocess.Popen(
-                [sys.executable, "-m", "tokenwire.rl.trainer", self.socket, *self._args])
-            deadline = time.monotonic() + START_TIMEOUT
-            while not self._listening():
-                if self._proc.poll() is not None:
-                    raise EngineError(f"the trainer process exited ({self._proc.returncode}) "
-                                      "before it listened: see the server's log")
-                if time.monotonic() > deadline:
-                    self._stop()
-                    raise EngineError("the trainer process did not start in time")
-                time.sleep(0.1)
-
-    def _stop(self) -> None:
-        if self._proc is None:
-            return
-        if self._proc.poll() is None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
-        self._proc = None
-
-    def _listening(self) -> bool:
-        import socket
-
-        with socket.socket(socket.AF_UNIX) as s:
-            try:
-                s.connect(self.socket)
-            except OSError:
-                return False
-            return True
-
-    async def submit(self, op: str, body: dict[str, Any]) -> asyncio.Future[Any]:
-        """Queue the operation; the returned future is its outcome."""
-        reader, writer = await self._open()
-        try:
-            writer.write(frame((op, body)))
-            await writer.drain()
-            ack = await asyncio.wait_for(read_frame(reader), ACK_TIMEOUT)
-        except (asyncio.IncompleteReadError, ConnectionError, TimeoutError) as exc:
-            writer.close()
-            raise EngineError("the trainer process did not take the call") from exc
-        if ack != "queued":
-            writer.close()
-            raise EngineError(f"the trainer answered {ack!r}")
-
-        async def outcome() -> Any:
-            try:
-                answer = await read_frame(reader)
-            except (asyncio.IncompleteReadError, ConnectionError) as exc:
-                raise EngineError("the trainer process ended before the call finished") \
-                    from exc
-            finally:
-                writer.close()
-            if isinstance(answer, Failure):
-                raise answer.error()
-            return answer
-
-        return asyncio.ensure_future(outcome())
-
-    async def aclose(self) -> None:
-        await asyncio.to_thread(self._stop)
-        if self._own_dir:
-            with contextlib.suppress(OSError):
-                for p in self._dir.iterdir():
-                    p.unlink()
-                self._dir.rmdir()
-
-
 class TrainingService:
     def __init__(self, models: ModelRegistry, settings: Settings, box: FutureBox):
         self._models = models
         self._settings = settings
         self._box = box
-        self._trainer: _Trainer | None = None
+        self._trainer: TrainerProcess | None = None
         self._running: set[asyncio.Task[None]] = set()
         self._swap = asyncio.Lock()
 
     # -- what may be trained -----------------------------------------------------------------
 
-    def _ready(self) -> _Trainer:
+    def _ready(self) -> TrainerProcess:
         model_dir = self._settings.trainer_model
         if model_dir is None:
             raise UnsupportedParameterError(
@@ -210,7 +94,7 @@ class TrainingService:
         if self._trainer is None:
             served = self._settings.model_path() if self._settings.engine == "embedded" \
                 else None
-            self._trainer = _Trainer(model_dir, self._settings.checkpoint_dir, served)
+            self._trainer = TrainerProcess(model_dir, self._settings.checkpoint_dir, served)
         return self._trainer
 
     @property
