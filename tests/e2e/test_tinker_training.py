@@ -218,6 +218,17 @@ def test_a_checkpoint_loads_into_a_new_model_with_the_same_outputs(
                                   b.loss_fn_outputs[0]["logprobs"].to_numpy())
 
 
+def test_a_checkpoint_past_its_ttl_is_deleted(service: tinker.ServiceClient,
+                                              trainer: Any) -> None:
+    kept = trainer.save_state("kept").result().path
+    short = trainer.save_state("short", ttl_seconds=1).result().path
+    time.sleep(1.5)
+    trainer.save_state("later").result()  # each save sweeps what expired
+    with pytest.raises(tinker.RequestFailedError, match="no checkpoint at"):
+        service.create_training_client_from_state(short).result()
+    assert service.create_training_client_from_state(kept).result().get_info().lora_rank == 8
+
+
 def test_what_the_trainer_cannot_do_is_refused_by_name(service: tinker.ServiceClient,
                                                        trainer: Any, tmp_path: Path) -> None:
     ids = _ids(trainer, "Hello there, friend.")

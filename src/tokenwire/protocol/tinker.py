@@ -273,7 +273,7 @@ class SaveWeights(RequestModel):
     model_id: str
     path: str | None = None
     seq_id: int | None = None
-    ttl_seconds: int | None = None
+    ttl_seconds: Annotated[int, Field(ge=1)] | None = None
     overwrite: bool = False
     user_metadata: dict[str, str] | None = None
     type: Literal["save_weights"] = "save_weights"
@@ -285,7 +285,7 @@ class SaveWeightsForSampler(RequestModel):
     sampling_session_seq_id: int | None = None
     kind: Literal["snapshot", "inflight"] = "snapshot"
     seq_id: int | None = None
-    ttl_seconds: int | None = None
+    ttl_seconds: Annotated[int, Field(ge=1)] | None = None
     user_metadata: dict[str, str] | None = None
     type: Literal["save_weights_for_sampler"] = "save_weights_for_sampler"
 

@@ -18,6 +18,7 @@ import logging
 import os
 import pickle
 import sys
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -44,6 +45,9 @@ log = logging.getLogger("tokenwire.trainer")
 
 _REFUSED_LOSSES = ("cispo", "dro", "gspo", "stable_reinforce", "custom")
 
+
+EXPIRES = ".expires"
+"""Beside a checkpoint saved with `ttl_seconds`: when it is to be deleted (epoch seconds)."""
 
 MICRO_BATCH_TOKENS = 2048
 """Most padded tokens in one forward pass (its logits: 2048 x the vocabulary, 400 MB for
@@ -240,8 +244,25 @@ class Trainer:
         else:
             torch.save({**policy.state(), "base_model": self._bases[model_id]}, tmp)
         os.replace(tmp, file)
+        expiry = file.with_name(file.name + EXPIRES)
+        if body.get("ttl_seconds"):
+            expiry.write_text(f"{time.time() + body['ttl_seconds']:.3f}\n")
+        else:
+            expiry.unlink(missing_ok=True)
+        self.sweep()
         base = self._untied() if kind == "sampler_weights" and policy.unembeds else None
         return {"path": path, "file": str(file), "base": base}
+
+    def sweep(self) -> None:
+        """Checkpoints past their `ttl_seconds` deleted (at start, and at each save)."""
+        now = time.time()
+        for expiry in self._root.glob(f"*/*/*{EXPIRES}"):
+            try:
+                if float(expiry.read_text()) < now:
+                    expiry.with_name(expiry.name.removesuffix(EXPIRES)).unlink(missing_ok=True)
+                    expiry.unlink()
+            except (OSError, ValueError):
+                continue
 
     def _untied(self) -> str | None:
         """The served model with an output tensor of its own, made once per served file (None:
@@ -354,6 +375,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=os.environ.get("TOKENWIRE_LOG_LEVEL", "INFO").upper(),
                         format="%(asctime)s trainer %(levelname)s %(message)s")
     trainer = Trainer(Path(model_dir), Path(checkpoints), served)
+    trainer.sweep()
     asyncio.run(_serve(trainer, sock))
     return 0
 

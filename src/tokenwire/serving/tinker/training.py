@@ -195,7 +195,8 @@ class TrainingService:
     async def save_weights(self, req: SaveWeights) -> UntypedFuture:
         return await self._submit(
             "save", {"model_id": req.model_id, "seq_id": req.seq_id, "kind": "weights",
-                     "name": req.path, "overwrite": req.overwrite},
+                     "name": req.path, "overwrite": req.overwrite,
+                     "ttl_seconds": req.ttl_seconds},
             lambda a: _json({"path": a["path"], "type": "save_weights"}), req.model_id)
 
     async def load_weights(self, req: LoadWeights) -> UntypedFuture:
@@ -237,7 +238,7 @@ class TrainingService:
         trainer = self._ready()
         outcome = await trainer.submit(
             "save", {"model_id": req.model_id, "seq_id": req.seq_id, "kind": "sampler_weights",
-                     "name": req.path})
+                     "name": req.path, "ttl_seconds": req.ttl_seconds})
 
         async def served() -> dict[str, Any]:
             saved: dict[str, Any] = await outcome
