@@ -196,6 +196,7 @@ def test_gradients_sum_until_the_step(service: tinker.ServiceClient, trainer: An
 def test_a_call_sent_twice_runs_once(server: LiveServer, trainer: Any) -> None:
     """A call whose seq_id already ran (an SDK retry after a lost answer) is refused, not
     stepped twice."""
+    trainer.forward([_sft(_ids(trainer, "Once."))], "cross_entropy").result()  # seq_id 1 at least
     mid = trainer.get_info().model_id
     r = httpx.post(f"{server.url}/api/v1/optim_step", headers={"X-API-Key": KEY}, json={
         "model_id": mid, "seq_id": 1, "adam_params": {"learning_rate": 0.1}})
