@@ -14,6 +14,7 @@ A step that fails leaves the weights and the summed gradients as they were.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import pickle
@@ -264,9 +265,10 @@ class Trainer:
             except (OSError, ValueError):
                 continue
 
+    @functools.cache  # noqa: B019 - one Trainer a process; the served file does not change
     def _untied(self) -> str | None:
         """The served model with an output tensor of its own, made once per served file (None:
-        the served model has one already)."""
+        the served model has one already); read from disk once a process."""
         import gguf
 
         from .lora import untie_gguf

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...engines.upstream.board import RUN_DIR_ENV
+from ...errors import TokenwireError
 
 __all__ = ["Failed", "Finished", "FutureBox", "Pending"]
 
@@ -79,6 +80,15 @@ class FutureBox:
     def fail(self, fid: str, error: str, category: str) -> None:
         self._write(fid, ".err", json.dumps({"error": error, "category": category}).encode())
         self._settled(fid)
+
+    def fail_with(self, fid: str, exc: TokenwireError) -> None:
+        """A refusal or failure on the future, in the SDK's categories: a full queue is the
+        server's moment, not the request's fault ("retry": the SDK sends it again, a 410 on its
+        future); other refusals are the request's ("user"), failures ours ("server")."""
+        said = f"{exc.message} ({exc.param})" if exc.param else exc.message
+        category = "retry" if exc.status_code == 429 else \
+            "user" if exc.status_code < 500 else "server"
+        self.fail(fid, said, category)
 
     def known(self, fid: str) -> bool:
         return "/" not in fid and any(

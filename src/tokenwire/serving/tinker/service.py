@@ -244,12 +244,7 @@ class TinkerService:
                 topk_prompt=req.topk_prompt_logprobs, last_n=req.prompt_logprobs_last_n,
                 topk_sample=req.topk_sample_logprobs)
         except TokenwireError as exc:
-            said = f"{exc.message} ({exc.param})" if exc.param else exc.message
-            # a full queue is the server's moment, not the request's fault: the SDK sends it
-            # again (a 410 on its future); other refusals are the request's, failures ours
-            category = "retry" if exc.status_code == 429 else \
-                "user" if exc.status_code < 500 else "server"
-            self._box.fail(fid, said, category)
+            self._box.fail_with(fid, exc)
             return
         except asyncio.CancelledError:
             self._box.fail(fid, "the server shut down before the sample finished", "server")

@@ -130,7 +130,11 @@ class TrainingService:
 
     async def _submit(self, op: str, body: dict[str, Any], encode: Encode,
                       model_id: str | None) -> UntypedFuture:
-        outcome = await self._ready().submit(op, body)
+        return self._future(op, await self._ready().submit(op, body), encode, model_id)
+
+    def _future(self, op: str, outcome: asyncio.Future[Any], encode: Encode,
+                model_id: str | None) -> UntypedFuture:
+        """A future in the box for `outcome`, settled (encoded, or failed) when it is."""
         fid = self._box.new()
         task = asyncio.create_task(self._settle(fid, op, outcome, encode))
         self._running.add(task)
@@ -142,8 +146,7 @@ class TrainingService:
         try:
             payload, headers = encode(await outcome)
         except TokenwireError as exc:
-            said = f"{exc.message} ({exc.param})" if exc.param else exc.message
-            self._box.fail(fid, said, "user" if exc.status_code < 500 else "server")
+            self._box.fail_with(fid, exc)
         except asyncio.CancelledError:
             self._box.fail(fid, f"the server shut down before {op} finished", "server")
             raise
@@ -247,16 +250,12 @@ class TrainingService:
                                           saved["base"])
             return saved
 
-        fid = self._box.new()
         named = req.path is not None
-        task = asyncio.create_task(self._settle(
-            fid, "save_weights_for_sampler", asyncio.ensure_future(served()),
+        return self._future(
+            "save_weights_for_sampler", asyncio.ensure_future(served()),
             lambda a: _json({"path": a["path"], "type": "save_weights_for_sampler"} if named
                             else {"sampling_session_id": sampler_id(model.id, a["path"]),
-                                  "type": "save_weights_for_sampler"})))
-        self._running.add(task)
-        task.add_done_callback(self._running.discard)
-        return UntypedFuture(request_id=fid, model_id=req.model_id, sample_sequence_ids=[])
+                                  "type": "save_weights_for_sampler"}), req.model_id)
 
     @staticmethod
     async def _serve_adapter(model: ServedModel, file: Path, version: str,
